@@ -1,0 +1,31 @@
+// JobSpec parsing (YAML or JSON, the user-facing format), defaults and
+// validation. Errors name the offending field: "optimizer.lr must be > 0, got -1".
+#ifndef FULCRUM_COMMON_CONFIG_JOB_SPEC_H_
+#define FULCRUM_COMMON_CONFIG_JOB_SPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "fulcrum/v1/job.pb.h"
+
+namespace fulcrum {
+
+inline constexpr int64_t kDefaultPartitionBytes = 4 << 20;
+inline constexpr int64_t kDefaultChunkBytes = 1 << 20;
+inline constexpr int64_t kMaxChunkBytes = 4 << 20;
+inline constexpr int kDefaultEvalEverySteps = 200;
+
+// Parses a job file. JSON is accepted too (it is YAML). Unknown keys and
+// values of the wrong type are INVALID_ARGUMENT naming the key. The result
+// has defaults applied but is not validated.
+absl::StatusOr<v1::JobSpec> ParseJobSpec(const std::string& text);
+
+// Fills unset optional fields with their documented defaults.
+void ApplyDefaults(v1::JobSpec* spec);
+
+// OK, or INVALID_ARGUMENT naming the first bad field. Call after ApplyDefaults.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COMMON_CONFIG_JOB_SPEC_H_

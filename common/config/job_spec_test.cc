@@ -1,0 +1,119 @@
+#include "common/config/job_spec.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace fulcrum {
+namespace {
+
+constexpr char kValid[] = R"(
+name: fmnist-mlp
+model: {type: mlp, layers: [784, 256, 128, 10], activation: relu}
+dataset: {format: idx, dir: /data}
+optimizer: {type: momentum, lr: 0.05, momentum: 0.9, weight_decay: 0.0}
+consistency: {mode: sync}
+batch_size: 64
+epochs: 10
+workers: {min: 1, max: 4}
+shards: 2
+seed: 1
+target_accuracy: 0.89
+)";
+
+// Parses kValid with one line replaced/added and returns the validation error.
+absl::Status ErrorWith(const std::string& extra) {
+  const std::string key = extra.substr(0, extra.find(':') + 1);
+  std::string doc;
+  std::istringstream lines(kValid);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(key, 0) != 0) doc += line + "\n";
+  }
+  auto spec = ParseJobSpec(doc + extra);
+  if (!spec.ok()) return spec.status();
+  return ValidateJobSpec(*spec);
+}
+
+TEST(JobSpecTest, ParsesTheReferenceJob) {
+  auto spec = ParseJobSpec(kValid);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(spec->name(), "fmnist-mlp");
+  EXPECT_EQ(spec->model().layers_size(), 4);
+  EXPECT_EQ(spec->model().layers(1), 256);
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.05);
+  EXPECT_EQ(spec->workers().max(), 4);
+  EXPECT_EQ(spec->shards(), 2);
+  EXPECT_EQ(spec->seed(), 1u);
+  // Defaults.
+  EXPECT_EQ(spec->partition_bytes(), kDefaultPartitionBytes);
+  EXPECT_EQ(spec->chunk_bytes(), kDefaultChunkBytes);
+  EXPECT_EQ(spec->encoding(), v1::ENCODING_FP32);
+}
+
+TEST(JobSpecTest, ParsesJson) {
+  auto spec = ParseJobSpec(R"({"name": "j", "model": {"type": "mlp", "layers": [4, 2]},
+      "dataset": {"dir": "/d"}, "optimizer": {"type": "sgd", "lr": 0.1}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(spec->workers().min(), 1);
+  EXPECT_EQ(spec->consistency().mode(), "sync");
+}
+
+TEST(JobSpecTest, ShippedExampleIsValid) {
+  std::ifstream in("examples/fashion_mnist_mlp.yaml");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto spec = ParseJobSpec(ss.str());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+}
+
+TEST(JobSpecTest, ErrorsNameTheField) {
+  struct Case {
+    std::string yaml, message;
+  };
+  const Case cases[] = {
+      {"optimizer: {type: momentum, lr: -1}", "optimizer.lr must be > 0, got -1"},
+      {"optimizer: {type: momentum, lr: 0}", "optimizer.lr must be > 0, got 0"},
+      {"optimizer: {type: adamw, lr: 0.1}", "optimizer.type must be one of"},
+      {"optimizer: {type: momentum, lr: abc}", "optimizer.lr must be a number, got 'abc'"},
+      {"optimizer: {type: momentum, lr: 0.1, momentum: 1.5}", "optimizer.momentum must be in [0, 1)"},
+      {"batch_size: 0", "batch_size must be in [1, 65536], got 0"},
+      {"epochs: -2", "epochs must be >= 1, got -2"},
+      {"workers: {min: 3, max: 2}", "workers.max must be >= workers.min (3), got 2"},
+      {"workers: {min: 0, max: 2}", "workers.min must be >= 1, got 0"},
+      {"shards: 0", "shards must be in [1, 256], got 0"},
+      {"consistency: {mode: bogus}", "consistency.mode must be one of [sync], got 'bogus'"},
+      {"model: {type: mlp, layers: [784, -5, 10]}", "model.layers[1] must be in [1, 65536], got -5"},
+      {"model: {type: cnn, layers: [784, 10]}", "model.type must be one of [mlp], got 'cnn'"},
+      {"model: {type: mlp, layers: [784, x]}", "model.layers[1] must be an integer, got 'x'"},
+      {"target_accuracy: 1.5", "target_accuracy must be in [0, 1], got 1.5"},
+      {"chunk_bytes: 1000", "chunk_bytes must be a multiple of 4"},
+      {"bogus_key: 1", "unknown field 'bogus_key'"},
+      {"optimizer: {type: momentum, lr: 0.1, betas: 3}", "unknown field 'optimizer.betas'"},
+      {"dataset: {format: csv, dir: /d}", "dataset.format must be one of [idx], got 'csv'"},
+      {"dataset: {format: idx, dir: ''}", "dataset.dir must not be empty"},
+      {"encoding: bf16", "encoding must be one of [fp32], got 'bf16'"},
+      {"name: ''", "name must not be empty"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ErrorWith(c.yaml);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.yaml;
+    EXPECT_NE(s.message().find(c.message), std::string::npos)
+        << c.yaml << " -> " << s.message();
+  }
+}
+
+TEST(JobSpecTest, RejectsMalformedDocuments) {
+  EXPECT_EQ(ParseJobSpec("name: [unclosed").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJobSpec("- a\n- b\n").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJobSpec("model: 3").status().message(), "model must be a mapping");
+  EXPECT_EQ(ParseJobSpec("epochs: 1\nepochs: 2").status().message(),
+            "duplicate field 'epochs'");
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,138 @@
+#include "common/tensor/layout.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace fulcrum {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+absl::StatusOr<ParameterLayout> ParameterLayout::ForMlp(
+    const std::vector<int>& layers, int num_shards, int64_t partition_bytes) {
+  if (layers.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.layers needs at least 2 sizes, got ", layers.size()));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers[", i, "] must be > 0, got ", layers[i]));
+    }
+  }
+  if (num_shards < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shards must be >= 1, got ", num_shards));
+  }
+  if (partition_bytes < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition_bytes must be >= 4, got ", partition_bytes));
+  }
+  ParameterLayout layout;
+  layout.num_shards_ = num_shards;
+  int64_t offset = 0;
+  for (size_t i = 0; i + 1 < layers.size(); ++i) {
+    const int64_t in = layers[i], out = layers[i + 1];
+    const std::string prefix = absl::StrCat("fc", i + 1);
+    layout.tensors_.push_back({prefix + ".weight", {out, in}, offset, out * in, in});
+    offset += out * in;
+    layout.tensors_.push_back({prefix + ".bias", {out}, offset, out, in});
+    offset += out;
+  }
+  layout.total_size_ = offset;
+  const int64_t spread = (offset + kPartitionsPerShard * num_shards - 1) /
+                         (kPartitionsPerShard * num_shards);
+  const int64_t max_elems = std::min(partition_bytes / 4,
+                                     std::max(kMinPartitionElems, spread));
+  absl::Status s = layout.Cut(max_elems);
+  if (!s.ok()) return s;
+  layout.Place();
+  return layout;
+}
+
+absl::Status ParameterLayout::Cut(int64_t max_elems) {
+  int64_t pack_begin = 0, pack_size = 0;
+  auto flush = [&] {
+    if (pack_size == 0) return;
+    partitions_.push_back({static_cast<int32_t>(partitions_.size()), pack_begin,
+                           pack_size, 0});
+    pack_size = 0;
+  };
+  for (const TensorInfo& t : tensors_) {
+    if (t.size > max_elems) {
+      flush();
+      const int64_t pieces = (t.size + max_elems - 1) / max_elems;
+      int64_t begin = t.offset;
+      for (int64_t p = 0; p < pieces; ++p) {
+        const int64_t size = t.size / pieces + (p < t.size % pieces ? 1 : 0);
+        partitions_.push_back(
+            {static_cast<int32_t>(partitions_.size()), begin, size, 0});
+        begin += size;
+      }
+      continue;
+    }
+    if (pack_size + t.size > max_elems) flush();
+    if (pack_size == 0) pack_begin = t.offset;
+    pack_size += t.size;
+  }
+  flush();
+  return absl::OkStatus();
+}
+
+void ParameterLayout::Place() {
+  std::vector<int32_t> order(partitions_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return partitions_[a].size > partitions_[b].size;
+  });
+  std::vector<int64_t> load(num_shards_, 0);
+  for (int32_t id : order) {
+    const int shard = static_cast<int>(
+        std::min_element(load.begin(), load.end()) - load.begin());
+    partitions_[id].shard = shard;
+    load[shard] += partitions_[id].size;
+  }
+}
+
+std::vector<int32_t> ParameterLayout::PartitionsOfShard(int shard) const {
+  std::vector<int32_t> ids;
+  for (const Partition& p : partitions_) {
+    if (p.shard == shard) ids.push_back(p.id);
+  }
+  return ids;
+}
+
+int64_t ParameterLayout::ShardBytes(int shard) const {
+  int64_t bytes = 0;
+  for (const Partition& p : partitions_) {
+    if (p.shard == shard) bytes += p.size * 4;
+  }
+  return bytes;
+}
+
+void InitializeParameters(const ParameterLayout& layout, uint64_t seed,
+                          int64_t begin, int64_t end, float* out) {
+  const uint64_t key = SplitMix64(seed ^ 0x46756c6372756dULL);  // "Fulcrum"
+  for (const TensorInfo& t : layout.tensors()) {
+    const int64_t lo = std::max(begin, t.offset);
+    const int64_t hi = std::min(end, t.offset + t.size);
+    if (lo >= hi) continue;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(t.fan_in));
+    for (int64_t i = lo; i < hi; ++i) {
+      const uint64_t bits = SplitMix64(key + static_cast<uint64_t>(i));
+      const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;  // [0, 1)
+      out[i - begin] = static_cast<float>((2.0 * u - 1.0) * bound);
+    }
+  }
+}
+
+}  // namespace fulcrum
