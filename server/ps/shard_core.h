@@ -1,0 +1,131 @@
+// The parameter shard's core: each job's partitions held by this shard, the
+// per-step aggregation of worker pushes (weighted by `samples`), the
+// server-side optimizer, and versioned reads. No gRPC types; the service in
+// service.h translates.
+//
+// Synchronous (BSP) contract per partition: version v = updates applied.
+// Pushes for step v accumulate until every member of the generation has
+// pushed all of its chunks (or an empty push with samples = 0); the last push
+// applies the update and makes version v + 1 readable.
+//
+// Thread safety: all methods are safe to call concurrently. Each partition
+// has its own lock, so pushes to different partitions proceed in parallel.
+#ifndef FULCRUM_SERVER_PS_SHARD_CORE_H_
+#define FULCRUM_SERVER_PS_SHARD_CORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/tensor/layout.h"
+#include "fulcrum/v1/job.pb.h"
+#include "server/ps/optimizer.h"
+
+namespace fulcrum {
+
+struct PushChunk {
+  int64_t step = 0;
+  int32_t partition = 0;
+  int64_t offset = 0;   // elements from the partition start
+  int64_t samples = 0;  // 0: this worker has no gradient for the step
+  const char* data = nullptr;
+  size_t bytes = 0;
+  bool stop = false;
+};
+
+struct JobInit {
+  std::string job_id;
+  v1::JobSpec spec;  // validated, defaults applied
+  int shard_index = 0;
+  int num_shards = 1;
+  int64_t generation = 1;
+  std::vector<std::string> workers;
+};
+
+// One job's partitions on this shard.
+class JobShard {
+ public:
+  static absl::StatusOr<std::unique_ptr<JobShard>> Create(const JobInit& init);
+  ~JobShard();
+
+  const JobInit& init() const { return init_; }
+  const ParameterLayout& layout() const { return layout_; }
+  // Partition ids held here, ascending.
+  const std::vector<int32_t>& partition_ids() const { return ids_; }
+  int64_t chunk_elems() const { return chunk_elems_; }
+
+  // Index of `worker_id` among the generation's members. NOT_FOUND-like
+  // errors: PERMISSION_DENIED if not a member, ABORTED on a stale generation.
+  absl::StatusOr<int> MemberIndex(const std::string& worker_id,
+                                  int64_t generation) const;
+
+  // Applies one chunk from member `member`. Returns true when this push
+  // completed the member's contribution to (partition, step); false for a
+  // partial or repeated push (repeats are acknowledged, never applied twice).
+  // A rejected push (INVALID_ARGUMENT, FAILED_PRECONDITION) changes nothing.
+  absl::StatusOr<bool> Push(int member, const PushChunk& chunk);
+
+  // Blocks until `partition` reaches `version`, the job ends (ABORTED),
+  // `cancelled()` turns true (CANCELLED) or `deadline` passes
+  // (DEADLINE_EXCEEDED).
+  absl::Status WaitForVersion(int32_t partition, int64_t version,
+                              absl::Time deadline,
+                              const std::function<bool()>& cancelled);
+
+  // Copies elements [offset, offset + n) of `partition` with its version and
+  // whether a worker asked to stop at that version.
+  absl::Status Read(int32_t partition, int64_t offset, int64_t n, float* out,
+                    int64_t* version, bool* stop);
+
+  // Partition size in elements, or -1 when not held here.
+  int64_t PartitionSize(int32_t partition) const;
+
+  // Wakes every waiter with ABORTED; later pushes fail; reads still work.
+  void End();
+  bool ended() const { return ended_.load(); }
+
+ private:
+  struct PartitionState;
+  explicit JobShard(JobInit init, ParameterLayout layout);
+  PartitionState* Find(int32_t partition) const;
+  absl::Status Validate(const PartitionState& p, const PushChunk& c) const;
+
+  const JobInit init_;
+  const ParameterLayout layout_;
+  const OptimizerConfig optimizer_;
+  const int64_t chunk_elems_;
+  std::vector<int32_t> ids_;
+  std::vector<std::unique_ptr<PartitionState>> slots_;  // by partition id; null if not here
+  std::atomic<bool> ended_{false};
+};
+
+// All jobs on this shard process.
+class ParameterShard {
+ public:
+  // Creates the job's partitions, or confirms an identical earlier InitJob.
+  // FAILED_PRECONDITION if the job exists with another spec or placement.
+  absl::StatusOr<std::shared_ptr<JobShard>> InitJob(const JobInit& init);
+  // NOT_FOUND if unknown.
+  absl::StatusOr<std::shared_ptr<JobShard>> Find(const std::string& job_id) const;
+  // Ends the job's waits and pushes; its parameters stay readable until
+  // ForgetJob. Unknown jobs are fine (idempotent).
+  void EndJob(const std::string& job_id);
+  void ForgetJob(const std::string& job_id);
+  std::vector<std::string> JobIds() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<JobShard>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_SHARD_CORE_H_
