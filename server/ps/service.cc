@@ -1,0 +1,150 @@
+#include "server/ps/service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/grpc_status.h"
+
+namespace fulcrum {
+namespace {
+
+// Sends every chunk of `partition` (current values) through `write`, reusing
+// `params` (and its buffer) across chunks.
+template <typename WriteFn>
+absl::Status SendPartition(JobShard& job, int32_t partition, v1::Params* params,
+                           WriteFn write) {
+  const int64_t size = job.PartitionSize(partition);
+  for (int64_t offset = 0; offset < size; offset += job.chunk_elems()) {
+    const int64_t n = std::min(job.chunk_elems(), size - offset);
+    std::string* data = params->mutable_data();
+    data->resize(n * sizeof(float));
+    int64_t version;
+    bool stop;
+    absl::Status s = job.Read(partition, offset, n, reinterpret_cast<float*>(data->data()),
+                              &version, &stop);
+    if (!s.ok()) return s;
+    params->set_partition(partition);
+    params->set_offset(offset);
+    params->set_version(version);
+    params->set_stop(stop);
+    params->set_encoding(v1::ENCODING_FP32);
+    if (!write(*params)) return absl::UnavailableError("peer closed the stream");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status ParameterServerService::InitJob(grpc::ServerContext*,
+                                             const v1::InitJobRequest* request,
+                                             v1::InitJobResponse* response) {
+  JobInit init;
+  init.job_id = request->job_id();
+  init.spec = request->spec();
+  init.shard_index = request->shard_index();
+  init.num_shards = request->num_shards();
+  init.generation = request->generation();
+  init.workers.assign(request->workers().begin(), request->workers().end());
+  absl::StatusOr<std::shared_ptr<JobShard>> job = shard_->InitJob(init);
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  for (int32_t id : (*job)->partition_ids()) response->add_partitions(id);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::EndJob(grpc::ServerContext*,
+                                            const v1::EndJobRequest* request,
+                                            v1::EndJobResponse*) {
+  shard_->EndJob(request->job_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Stream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) {
+  v1::StreamRequest request;
+  if (!stream->Read(&request)) return grpc::Status::OK;
+  if (!request.has_hello()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the first message of a stream must be hello");
+  }
+  const v1::Hello& hello = request.hello();
+  absl::StatusOr<std::shared_ptr<JobShard>> found = shard_->Find(hello.job_id());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  JobShard& job = **found;
+  if (job.ended()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("job ", hello.job_id(), " has ended"));
+  }
+  absl::StatusOr<int> member = job.MemberIndex(hello.worker_id(), hello.generation());
+  if (!member.ok()) return ToGrpcStatus(member.status());
+
+  v1::StreamResponse response;
+  auto write = [&](const v1::Params&) { return stream->Write(response); };
+  for (int32_t id : job.partition_ids()) {
+    absl::Status s = SendPartition(job, id, response.mutable_params(), write);
+    if (!s.ok()) return ToGrpcStatus(s);
+  }
+  // Partitions this worker completed for the current step, in completion order.
+  std::vector<int32_t> completed;
+  completed.reserve(job.partition_ids().size());
+  auto cancelled = [context] { return context->IsCancelled(); };
+  while (stream->Read(&request)) {
+    if (!request.has_push()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "hello may only be the first message of a stream");
+    }
+    const v1::Push& push = request.push();
+    PushChunk chunk;
+    chunk.step = push.step();
+    chunk.partition = push.partition();
+    chunk.offset = push.offset();
+    chunk.samples = push.samples();
+    chunk.data = push.data().data();
+    chunk.bytes = push.data().size();
+    chunk.stop = push.stop();
+    if (push.encoding() != v1::ENCODING_FP32 && push.encoding() != v1::ENCODING_UNSPECIFIED) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("push.encoding ", push.encoding(), " is not supported"));
+    }
+    absl::StatusOr<bool> finished = job.Push(*member, chunk);
+    if (!finished.ok()) return ToGrpcStatus(finished.status());
+    if (!*finished) continue;
+    completed.push_back(chunk.partition);
+    if (completed.size() < job.partition_ids().size()) continue;
+    // This worker pushed its whole share: return each new version as soon
+    // as the other workers' pushes for it have been applied.
+    const absl::Time deadline = absl::Now() + options_.step_timeout;
+    for (int32_t id : completed) {
+      absl::Status s = job.WaitForVersion(id, chunk.step + 1, deadline, cancelled);
+      if (s.ok()) s = SendPartition(job, id, response.mutable_params(), write);
+      if (!s.ok()) return ToGrpcStatus(s);
+    }
+    completed.clear();
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Pull(grpc::ServerContext*,
+                                          const v1::PullRequest* request,
+                                          grpc::ServerWriter<v1::Params>* writer) {
+  absl::StatusOr<std::shared_ptr<JobShard>> found = shard_->Find(request->job_id());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  JobShard& job = **found;
+  std::vector<int32_t> ids(request->partitions().begin(), request->partitions().end());
+  if (ids.empty()) ids = job.partition_ids();
+  for (int32_t id : ids) {
+    if (job.PartitionSize(id) < 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("partitions: ", id, " is not held by this shard"));
+    }
+  }
+  v1::Params params;
+  auto write = [writer](const v1::Params& p) { return writer->Write(p); };
+  for (int32_t id : ids) {
+    absl::Status s = SendPartition(job, id, &params, write);
+    if (!s.ok()) return ToGrpcStatus(s);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace fulcrum

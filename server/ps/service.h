@@ -1,0 +1,41 @@
+// gRPC front of the parameter shard: unpacks requests, calls ParameterShard /
+// JobShard, converts statuses. No training logic lives here.
+#ifndef FULCRUM_SERVER_PS_SERVICE_H_
+#define FULCRUM_SERVER_PS_SERVICE_H_
+
+#include "absl/time/time.h"
+#include "fulcrum/v1/parameter_server.grpc.pb.h"
+#include "server/ps/shard_core.h"
+
+namespace fulcrum {
+
+class ParameterServerService final : public v1::ParameterServer::Service {
+ public:
+  struct Options {
+    // Longest a stream waits for the other workers of a step before giving
+    // up with DEADLINE_EXCEEDED.
+    absl::Duration step_timeout = absl::Minutes(5);
+  };
+
+  // `shard` is not owned and must outlive the service.
+  ParameterServerService(ParameterShard* shard, Options options)
+      : shard_(shard), options_(options) {}
+
+  grpc::Status InitJob(grpc::ServerContext* context, const v1::InitJobRequest* request,
+                       v1::InitJobResponse* response) override;
+  grpc::Status EndJob(grpc::ServerContext* context, const v1::EndJobRequest* request,
+                      v1::EndJobResponse* response) override;
+  grpc::Status Stream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) override;
+  grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
+                    grpc::ServerWriter<v1::Params>* writer) override;
+
+ private:
+  ParameterShard* const shard_;  // Not owned.
+  const Options options_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_SERVICE_H_

@@ -1,0 +1,52 @@
+// The compute interface a model runs on. Pointers passed to kernels are in
+// the backend's memory space (host memory for CpuBackend, device memory for
+// a GPU backend); Allocate / CopyToDevice / CopyToHost move data across.
+// Matrices are row-major.
+//
+// Thread safety: a Backend is used by one training thread at a time.
+#ifndef FULCRUM_WORKER_BACKEND_BACKEND_H_
+#define FULCRUM_WORKER_BACKEND_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+
+namespace fulcrum {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string Name() const = 0;
+
+  // Memory of n floats in this backend's space; never null (aborts on OOM).
+  virtual float* Allocate(int64_t n) = 0;
+  virtual void Free(float* p) = 0;
+  virtual void CopyToDevice(const float* host, float* device, int64_t n) = 0;
+  virtual void CopyToHost(const float* device, float* host, int64_t n) = 0;
+  // Waits until queued work is done (no-op on the CPU).
+  virtual void Synchronize() {}
+
+  // c[m x n] = alpha * op(a) * op(b) + beta * c, op(x) = x or x^T.
+  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const float* a, const float* b, float beta, float* c) = 0;
+  // x[r][c] += bias[c] for a rows x cols matrix.
+  virtual void AddBias(int rows, int cols, const float* bias, float* x) = 0;
+  // db[c] = sum_r dy[r][c].
+  virtual void BiasGrad(int rows, int cols, const float* dy, float* db) = 0;
+  // x = max(x, 0) in place.
+  virtual void Relu(int64_t n, float* x) = 0;
+  // dy[i] = 0 where y[i] <= 0 (y is the ReLU output).
+  virtual void ReluGrad(int64_t n, const float* y, float* dy) = 0;
+  // Softmax cross-entropy over rows of logits: returns the summed loss over
+  // the rows and writes dlogits = (softmax - onehot(label)) * scale.
+  // `labels` is host memory.
+  virtual double SoftmaxCrossEntropy(int rows, int cols, const float* logits,
+                                     const int32_t* labels, float scale,
+                                     float* dlogits) = 0;
+  // Number of rows whose arg-max equals the label. `labels` is host memory.
+  virtual int64_t CountCorrect(int rows, int cols, const float* logits,
+                               const int32_t* labels) = 0;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_BACKEND_BACKEND_H_

@@ -1,0 +1,91 @@
+#include "worker/backend/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace fulcrum {
+
+CpuBackend::CpuBackend(int threads) { openblas_set_num_threads(std::max(1, threads)); }
+
+float* CpuBackend::Allocate(int64_t n) {
+  const size_t bytes = ((std::max<int64_t>(n, 1) * sizeof(float) + 63) / 64) * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (p == nullptr) std::abort();
+  std::memset(p, 0, bytes);
+  return static_cast<float*>(p);
+}
+
+void CpuBackend::Free(float* p) { std::free(p); }
+
+void CpuBackend::CopyToDevice(const float* host, float* device, int64_t n) {
+  if (host != device) std::memcpy(device, host, n * sizeof(float));
+}
+
+void CpuBackend::CopyToHost(const float* device, float* host, int64_t n) {
+  if (host != device) std::memcpy(host, device, n * sizeof(float));
+}
+
+void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                      const float* a, const float* b, float beta, float* c) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, trans_a ? m : k, b,
+              trans_b ? k : n, beta, c, n);
+}
+
+void CpuBackend::AddBias(int rows, int cols, const float* bias, float* x) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = x + static_cast<int64_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+}
+
+void CpuBackend::BiasGrad(int rows, int cols, const float* dy, float* db) {
+  std::fill(db, db + cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const float* row = dy + static_cast<int64_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) db[c] += row[c];
+  }
+}
+
+void CpuBackend::Relu(int64_t n, float* x) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void CpuBackend::ReluGrad(int64_t n, const float* y, float* dy) {
+  for (int64_t i = 0; i < n; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+double CpuBackend::SoftmaxCrossEntropy(int rows, int cols, const float* logits,
+                                       const int32_t* labels, float scale, float* dlogits) {
+  double loss = 0.0;
+  for (int r = 0; r < rows; ++r) {
+    const float* z = logits + static_cast<int64_t>(r) * cols;
+    float* dz = dlogits + static_cast<int64_t>(r) * cols;
+    const float max = *std::max_element(z, z + cols);
+    double sum = 0.0;
+    for (int c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(z[c] - max));
+    const double log_sum = std::log(sum);
+    loss += log_sum - (z[labels[r]] - max);
+    for (int c = 0; c < cols; ++c) {
+      const double p = std::exp(static_cast<double>(z[c] - max) - log_sum);
+      dz[c] = static_cast<float>((p - (c == labels[r] ? 1.0 : 0.0)) * scale);
+    }
+  }
+  return loss;
+}
+
+int64_t CpuBackend::CountCorrect(int rows, int cols, const float* logits,
+                                 const int32_t* labels) {
+  int64_t correct = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float* z = logits + static_cast<int64_t>(r) * cols;
+    if (std::max_element(z, z + cols) - z == labels[r]) ++correct;
+  }
+  return correct;
+}
+
+}  // namespace fulcrum

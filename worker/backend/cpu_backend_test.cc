@@ -1,0 +1,59 @@
+#include "worker/backend/cpu_backend.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace fulcrum {
+namespace {
+
+TEST(CpuBackendTest, GemmAllTransposes) {
+  CpuBackend b;
+  // a = [[1,2,3],[4,5,6]] (2x3), bm = [[1,0],[0,1],[1,1]] (3x2)
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> bm = {1, 0, 0, 1, 1, 1};
+  std::vector<float> c(4, 1.0f);
+  b.Gemm(false, false, 2, 2, 3, 1.0f, a.data(), bm.data(), 0.0f, c.data());
+  EXPECT_EQ(c, (std::vector<float>{4, 5, 10, 11}));
+  // a^T (3x2) * a (2x3) = 3x3
+  std::vector<float> ata(9);
+  b.Gemm(true, false, 3, 3, 2, 1.0f, a.data(), a.data(), 0.0f, ata.data());
+  EXPECT_EQ(ata, (std::vector<float>{17, 22, 27, 22, 29, 36, 27, 36, 45}));
+  // a (2x3) * a^T (3x2) = 2x2, accumulated onto 1s with beta = 1
+  std::vector<float> aat(4, 1.0f);
+  b.Gemm(false, true, 2, 2, 3, 1.0f, a.data(), a.data(), 1.0f, aat.data());
+  EXPECT_EQ(aat, (std::vector<float>{15, 33, 33, 78}));
+}
+
+TEST(CpuBackendTest, ElementwiseKernels) {
+  CpuBackend b;
+  std::vector<float> x = {-1, 2, 0.5f, -3};
+  b.AddBias(2, 2, std::vector<float>{1, 1}.data(), x.data());
+  EXPECT_EQ(x, (std::vector<float>{0, 3, 1.5f, -2}));
+  b.Relu(4, x.data());
+  EXPECT_EQ(x, (std::vector<float>{0, 3, 1.5f, 0}));
+  std::vector<float> dy = {1, 1, 1, 1};
+  b.ReluGrad(4, x.data(), dy.data());
+  EXPECT_EQ(dy, (std::vector<float>{0, 1, 1, 0}));
+  std::vector<float> db(2);
+  b.BiasGrad(2, 2, std::vector<float>{1, 2, 3, 4}.data(), db.data());
+  EXPECT_EQ(db, (std::vector<float>{4, 6}));
+}
+
+TEST(CpuBackendTest, SoftmaxCrossEntropy) {
+  CpuBackend b;
+  const std::vector<float> logits = {0, 0, 1000, 0};  // second row is extreme
+  const std::vector<int32_t> labels = {1, 0};
+  std::vector<float> d(4);
+  const double loss = b.SoftmaxCrossEntropy(2, 2, logits.data(), labels.data(), 0.5f, d.data());
+  EXPECT_NEAR(loss, std::log(2.0), 1e-6);  // the second row is certain and right
+  EXPECT_NEAR(d[0], 0.25f, 1e-6);   // (0.5 - 0) * 0.5
+  EXPECT_NEAR(d[1], -0.25f, 1e-6);  // (0.5 - 1) * 0.5
+  EXPECT_NEAR(d[2], 0.0f, 1e-6);    // (1 - 1) * 0.5
+  EXPECT_NEAR(d[3], 0.0f, 1e-6);
+  EXPECT_EQ(b.CountCorrect(2, 2, logits.data(), labels.data()), 1);
+}
+
+}  // namespace
+}  // namespace fulcrum
