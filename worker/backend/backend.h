@@ -22,6 +22,9 @@ class Backend {
   virtual void Free(float* p) = 0;
   virtual void CopyToDevice(const float* host, float* device, int64_t n) = 0;
   virtual void CopyToHost(const float* device, float* host, int64_t n) = 0;
+  // True when backend memory is host memory: the worker then trains directly
+  // on the buffers the data plane fills, with no staging copies.
+  virtual bool HostAccessible() const { return false; }
   // Waits until queued work is done (no-op on the CPU).
   virtual void Synchronize() {}
 

@@ -14,6 +14,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads = 1);
 
   std::string Name() const override { return "cpu"; }
+  bool HostAccessible() const override { return true; }
   float* Allocate(int64_t n) override;
   void Free(float* p) override;
   void CopyToDevice(const float* host, float* device, int64_t n) override;

@@ -1,0 +1,86 @@
+// The worker's side of the data plane: one bidirectional stream per shard
+// for the life of a membership generation. A sender thread per stream pushes
+// gradient partitions as backward produces them (so communication overlaps
+// the rest of backward); a receiver thread per stream writes arriving
+// parameters straight into the model's flat parameter buffer.
+//
+// Thread safety: Push*/WaitForVersion are called from the training thread
+// only; the internal threads are owned here (started in Connect, joined in
+// Close or the destructor).
+#ifndef FULCRUM_WORKER_PS_CLIENT_H_
+#define FULCRUM_WORKER_PS_CLIENT_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/tensor/layout.h"
+#include "fulcrum/v1/parameter_server.grpc.pb.h"
+
+namespace fulcrum {
+
+class PsClient {
+ public:
+  struct Options {
+    std::string job_id;
+    std::string worker_id;
+    int64_t generation = 1;
+    std::vector<std::string> shard_addresses;  // by shard index
+    int64_t chunk_bytes = 1 << 20;
+    absl::Duration connect_timeout = absl::Seconds(30);
+  };
+
+  // `layout` and `params` (layout.total_size() floats, host memory) are not
+  // owned and must outlive the client.
+  PsClient(Options options, const ParameterLayout* layout, float* params);
+  ~PsClient();
+
+  // Opens the streams and waits until every partition's current values have
+  // arrived in `params`. Returns the version they are at.
+  absl::StatusOr<int64_t> Connect();
+
+  // Queues the push of partition `id`'s gradient (read from `grads`, which
+  // must stay unchanged until the next WaitForVersion returns) for `step`.
+  // samples = 0 sends an empty push (this worker had no data this step).
+  void Push(int32_t id, int64_t step, int64_t samples, const float* grads, bool stop);
+
+  // Waits until every partition is at `version` or newer. *stop is set when
+  // a worker asked to stop at this version.
+  absl::Status WaitForVersion(int64_t version, absl::Time deadline, bool* stop);
+
+  // Half-closes the streams and collects their final status.
+  absl::Status Close();
+
+  // Makes waits return CANCELLED (e.g. the job was cancelled).
+  void Cancel();
+
+ private:
+  struct Stream;
+  void SendLoop(Stream* s);
+  void ReceiveLoop(Stream* s);
+  void Fail(const absl::Status& status);
+
+  const Options options_;
+  const ParameterLayout* const layout_;  // Not owned.
+  float* const params_;                  // Not owned.
+  const int64_t chunk_elems_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // shards holding partitions
+  std::vector<int> stream_of_partition_;
+
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  std::vector<int64_t> version_ ABSL_GUARDED_BY(mu_);      // per partition
+  std::vector<int64_t> received_ ABSL_GUARDED_BY(mu_);     // elements of the next version
+  std::vector<uint8_t> stop_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_PS_CLIENT_H_

@@ -1,0 +1,74 @@
+// One worker's training loop for one job assignment: loads (and caches) the
+// data, keeps a model replica, pushes gradients partition by partition as
+// backward produces them and trains on each new parameter version.
+//
+// Rank 0 also evaluates the test set every `eval_every_steps` steps; when
+// the job's target accuracy is reached (or the job is cancelled) its next
+// pushes carry `stop`, and every worker stops at the same version because
+// the stop travels through the synchronous barrier itself.
+#ifndef FULCRUM_WORKER_TRAINER_H_
+#define FULCRUM_WORKER_TRAINER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "fulcrum/v1/coordinator.pb.h"
+#include "fulcrum/v1/job.pb.h"
+#include "worker/backend/backend.h"
+#include "worker/data/idx.h"
+
+namespace fulcrum {
+
+struct Assignment {
+  std::string job_id;
+  v1::JobSpec spec;
+  int rank = 0;
+  int world_size = 1;
+  int64_t generation = 1;
+  std::vector<std::string> shard_addresses;
+};
+
+// Receives progress from the training thread; tells it to stop.
+class ProgressSink {
+ public:
+  virtual ~ProgressSink() = default;
+  virtual void Update(const v1::Progress& progress) = 0;
+  virtual bool Cancelled() = 0;
+};
+
+struct TrainResult {
+  v1::Progress progress;      // final step, loss, test accuracy (rank 0)
+  bool stopped_early = false;  // target reached or cancelled
+  std::vector<float> params;   // final parameters (flat, layout order)
+};
+
+class Trainer {
+ public:
+  struct Options {
+    std::string worker_id;
+    absl::Duration step_timeout = absl::Minutes(5);
+    int eval_batch = 1000;
+  };
+
+  // `backend` is not owned and must outlive the trainer.
+  Trainer(Backend* backend, Options options) : backend_(backend), options_(std::move(options)) {}
+
+  // Trains until the last step, a stop, or an error. `sink` may be null.
+  absl::StatusOr<TrainResult> Run(const Assignment& assignment, ProgressSink* sink);
+
+ private:
+  absl::StatusOr<const LabeledImages*> Load(const v1::DatasetSpec& d, bool train,
+                                            int classes);
+
+  Backend* const backend_;  // Not owned.
+  const Options options_;
+  std::map<std::string, std::unique_ptr<LabeledImages>> cache_;  // by dir/split/limit
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_TRAINER_H_
