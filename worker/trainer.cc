@@ -119,6 +119,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a, ProgressSink* sink
   const std::vector<Partition>& parts = layout.partitions();
   TrainResult result;
   v1::Progress& progress = result.progress;
+  progress.set_total_steps(last_step);
   int64_t epoch_loaded = -1;
   bool stop_next = false, stopped = false;
   double loss_avg = 0;

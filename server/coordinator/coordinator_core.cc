@@ -1,0 +1,452 @@
+#include "server/coordinator/coordinator_core.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/config/job_spec.h"
+
+namespace fulcrum {
+namespace {
+
+double Unix(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+
+}  // namespace
+
+Coordinator::Coordinator(Options options, ShardControl* shards)
+    : options_(std::move(options)), shards_(shards) {}
+
+Coordinator::~Coordinator() { Stop(); }
+
+void Coordinator::Start() {
+  ticker_ = std::thread([this] {
+    while (!stop_.WaitForNotificationWithTimeout(options_.tick)) Tick();
+  });
+}
+
+void Coordinator::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+bool Coordinator::Terminal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+void Coordinator::Tick() {
+  std::vector<EndCall> ends;
+  std::vector<Launch> launches;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = options_.now();
+    ExpireLeases(now, &ends);
+    Schedule(now, &launches);
+  }
+  RunEnds(ends);
+  for (const Launch& launch : launches) {
+    absl::Status status;
+    for (const auto& [address, request] : launch.inits) {
+      status = shards_->InitJob(address, request);
+      if (!status.ok()) {
+        status = absl::Status(status.code(), absl::StrCat("shard ", address, ": ", status.message()));
+        break;
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(launch.job_id);
+    if (it == jobs_.end()) continue;
+    Job& job = it->second;
+    job.starting = false;
+    if (job.status.state() != v1::PENDING) {  // cancelled meanwhile
+      for (const std::string& w : job.status.workers()) {
+        auto wi = workers_.find(w);
+        if (wi != workers_.end() && wi->second.job_id == launch.job_id) wi->second.job_id.clear();
+      }
+      continue;
+    }
+    if (status.ok()) {
+      job.status.set_state(v1::RUNNING);
+      job.status.set_generation(1);
+      job.status.set_start_time_unix(Unix(options_.now()));
+      job.status.set_message("");
+      continue;
+    }
+    // Could not initialise the shards: release the workers and retry later,
+    // unless the shard rejected the job itself.
+    for (const std::string& w : job.status.workers()) {
+      auto wi = workers_.find(w);
+      if (wi != workers_.end()) wi->second.job_id.clear();
+    }
+    job.status.clear_workers();
+    job.status.clear_shards();
+    job.shard_addresses.clear();
+    if (status.code() == absl::StatusCode::kInvalidArgument ||
+        status.code() == absl::StatusCode::kFailedPrecondition) {
+      std::vector<EndCall> none;
+      Finish(job, v1::FAILED, std::string(status.message()), &none);
+    } else {
+      job.status.set_message(absl::StrCat("starting failed, will retry: ", status.message()));
+    }
+  }
+}
+
+void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends) {
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (now - it->second.last_heartbeat <= options_.lease) {
+      ++it;
+      continue;
+    }
+    const std::string job_id = it->second.job_id;
+    const std::string id = it->first;
+    it = workers_.erase(it);
+    auto job = jobs_.find(job_id);
+    if (job != jobs_.end() && job->second.status.state() == v1::RUNNING) {
+      Finish(job->second, v1::FAILED,
+             absl::StrCat("worker ", id, " lost: no heartbeat for ",
+                          absl::FormatDuration(options_.lease)),
+             ends);
+    }
+  }
+  for (auto it = shard_members_.begin(); it != shard_members_.end();) {
+    if (now - it->second.last_heartbeat <= options_.lease) {
+      ++it;
+      continue;
+    }
+    const std::string id = it->first;
+    it = shard_members_.erase(it);
+    for (auto& [job_id, job] : jobs_) {
+      const auto& s = job.status.shards();
+      if (job.status.state() == v1::RUNNING && std::find(s.begin(), s.end(), id) != s.end()) {
+        Finish(job, v1::FAILED, absl::StrCat("shard ", id, " lost: no heartbeat"), ends);
+      }
+    }
+  }
+}
+
+std::vector<std::string> Coordinator::IdleWorkers() const {
+  std::vector<std::string> idle;
+  for (const auto& [id, w] : workers_) {
+    if (w.job_id.empty()) idle.push_back(id);
+  }
+  return idle;
+}
+
+void Coordinator::Schedule(absl::Time now, std::vector<Launch>* launches) {
+  for (const std::string& job_id : job_order_) {
+    Job& job = jobs_[job_id];
+    if (job.status.state() != v1::PENDING || job.starting) continue;
+    const v1::JobSpec& spec = job.status.spec();
+    std::vector<std::string> idle = IdleWorkers();
+    if (static_cast<int>(idle.size()) < spec.workers().min() ||
+        static_cast<int>(shard_members_.size()) < spec.shards()) {
+      job.ready_since = absl::InfinitePast();
+      continue;
+    }
+    if (job.ready_since == absl::InfinitePast()) job.ready_since = now;
+    if (static_cast<int>(idle.size()) < spec.workers().max() &&
+        now - job.ready_since < options_.start_grace) {
+      continue;  // give more workers a moment to register
+    }
+    idle.resize(std::min<size_t>(idle.size(), spec.workers().max()));
+    // Shards: the least loaded by running jobs, then by id.
+    std::map<std::string, int> load;
+    for (const auto& [id, s] : shard_members_) load[id] = 0;
+    for (const auto& [id, j] : jobs_) {
+      if (j.status.state() != v1::RUNNING && !j.starting) continue;
+      for (const std::string& s : j.status.shards()) ++load[s];
+    }
+    std::vector<std::string> shard_ids;
+    for (const auto& [id, n] : load) {
+      if (shard_members_.count(id)) shard_ids.push_back(id);
+    }
+    std::stable_sort(shard_ids.begin(), shard_ids.end(),
+                     [&](const std::string& a, const std::string& b) { return load[a] < load[b]; });
+    shard_ids.resize(spec.shards());
+    job.starting = true;
+    job.status.clear_workers();
+    job.status.clear_shards();
+    job.shard_addresses.clear();
+    for (const std::string& w : idle) {
+      workers_[w].job_id = job_id;
+      job.status.add_workers(w);
+    }
+    Launch launch{job_id, {}};
+    for (int i = 0; i < spec.shards(); ++i) {
+      const Shard& s = shard_members_[shard_ids[i]];
+      job.status.add_shards(s.id);
+      job.shard_addresses.push_back(s.address);
+      v1::InitJobRequest request;
+      request.set_job_id(job_id);
+      *request.mutable_spec() = spec;
+      request.set_shard_index(i);
+      request.set_num_shards(spec.shards());
+      request.set_generation(1);
+      for (const std::string& w : idle) request.add_workers(w);
+      launch.inits.emplace_back(s.address, std::move(request));
+    }
+    launches->push_back(std::move(launch));
+  }
+}
+
+void Coordinator::Finish(Job& job, v1::JobState state, const std::string& message,
+                         std::vector<EndCall>* ends) {
+  if (Terminal(job.status.state())) return;
+  const bool had_shards = job.status.state() == v1::RUNNING || job.starting;
+  job.status.set_state(state);
+  job.status.set_message(message);
+  job.status.set_end_time_unix(Unix(options_.now()));
+  if (had_shards) {
+    for (const std::string& address : job.shard_addresses) {
+      ends->push_back({address, job.status.job_id()});
+    }
+  }
+}
+
+void Coordinator::RunEnds(const std::vector<EndCall>& ends) {
+  for (const EndCall& e : ends) shards_->EndJob(e.address, e.job_id);
+}
+
+absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
+  ApplyDefaults(&spec);
+  absl::Status valid = ValidateJobSpec(spec);
+  if (!valid.ok()) return valid;
+  absl::MutexLock lock(&mu_);
+  const std::string id = absl::StrCat("job-", next_job_++);
+  Job& job = jobs_[id];
+  job.status.set_job_id(id);
+  *job.status.mutable_spec() = std::move(spec);
+  job.status.set_state(v1::PENDING);
+  job.status.set_submit_time_unix(Unix(options_.now()));
+  job_order_.push_back(id);
+  return id;
+}
+
+void Coordinator::RefreshProgress(Job& job) const {
+  int live = 0;
+  double rate = 0;
+  for (int rank = 0; rank < job.status.workers_size(); ++rank) {
+    auto it = workers_.find(job.status.workers(rank));
+    if (it == workers_.end()) continue;
+    if (job.status.state() == v1::RUNNING && it->second.job_id == job.status.job_id()) ++live;
+    rate += it->second.progress.samples_per_sec();
+  }
+  job.status.set_live_workers(live);
+  if (job.status.state() == v1::RUNNING) job.status.mutable_progress()->set_samples_per_sec(rate);
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job_id '", job_id, "' not found"));
+  Job copy = it->second;
+  RefreshProgress(copy);
+  return copy.status;
+}
+
+std::vector<v1::JobStatus> Coordinator::ListJobs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::JobStatus> out;
+  for (const std::string& id : job_order_) {
+    Job copy = jobs_.at(id);
+    RefreshProgress(copy);
+    out.push_back(copy.status);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(const std::string& job_id) {
+  std::vector<EndCall> ends;
+  v1::JobStatus status;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job_id '", job_id, "' not found"));
+    Job& job = it->second;
+    if (Terminal(job.status.state())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " already ended (", v1::JobState_Name(job.status.state()), ")"));
+    }
+    Finish(job, v1::CANCELLED, "cancelled by user", &ends);
+    status = job.status;
+  }
+  RunEnds(ends);
+  return status;
+}
+
+v1::RegisterWorkerResponse Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& request) {
+  absl::MutexLock lock(&mu_);
+  Worker w;
+  w.id = absl::StrCat("w-", next_member_++);
+  w.hostname = request.hostname();
+  w.device = request.device().empty() ? "cpu" : request.device();
+  w.last_heartbeat = options_.now();
+  v1::RegisterWorkerResponse response;
+  response.set_worker_id(w.id);
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+  workers_[w.id] = std::move(w);
+  return response;
+}
+
+absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
+    const v1::WorkerHeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(request.worker_id());
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker_id '", request.worker_id(),
+                                            "' is not registered (lease expired?): register again"));
+  }
+  Worker& w = it->second;
+  w.last_heartbeat = options_.now();
+  if (!request.job_id().empty() && request.job_id() == w.job_id) w.progress = request.progress();
+  v1::WorkerHeartbeatResponse response;
+  if (w.job_id.empty()) return response;
+  Job& job = jobs_[w.job_id];
+  if (Terminal(job.status.state()) && request.job_id() != w.job_id) {
+    w.job_id.clear();  // the worker has let go of the finished job
+    return response;
+  }
+  if (job.status.state() == v1::PENDING) return response;  // still starting
+  v1::WorkerAssignment* a = response.mutable_assignment();
+  a->set_job_id(w.job_id);
+  *a->mutable_spec() = job.status.spec();
+  const auto& members = job.status.workers();
+  a->set_rank(static_cast<int32_t>(std::find(members.begin(), members.end(), w.id) - members.begin()));
+  a->set_world_size(members.size());
+  a->set_generation(job.status.generation());
+  for (const std::string& address : job.shard_addresses) a->add_shard_addresses(address);
+  a->set_job_state(job.status.state());
+  return response;
+}
+
+absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
+    const v1::RegisterShardRequest& request) {
+  if (request.address().empty() || request.address().find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("address must be host:port, got '",
+                                                   request.address(), "'"));
+  }
+  absl::MutexLock lock(&mu_);
+  Shard s;
+  s.id = absl::StrCat("s-", next_member_++);
+  s.address = request.address();
+  s.last_heartbeat = options_.now();
+  v1::RegisterShardResponse response;
+  response.set_shard_id(s.id);
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+  shard_members_[s.id] = std::move(s);
+  return response;
+}
+
+absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
+    const v1::ShardHeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto it = shard_members_.find(request.shard_id());
+  if (it == shard_members_.end()) {
+    return absl::NotFoundError(absl::StrCat("shard_id '", request.shard_id(),
+                                            "' is not registered (lease expired?): register again"));
+  }
+  it->second.last_heartbeat = options_.now();
+  v1::ShardHeartbeatResponse response;
+  for (const auto& [id, job] : jobs_) {
+    const auto& s = job.status.shards();
+    if (!Terminal(job.status.state()) && std::find(s.begin(), s.end(), it->first) != s.end()) {
+      response.add_active_jobs(id);
+    }
+  }
+  return response;
+}
+
+absl::Status Coordinator::Leave(const std::string& member_id) {
+  std::vector<EndCall> ends;
+  {
+    absl::MutexLock lock(&mu_);
+    auto w = workers_.find(member_id);
+    if (w != workers_.end()) {
+      auto job = jobs_.find(w->second.job_id);
+      if (job != jobs_.end() && job->second.status.state() == v1::RUNNING) {
+        Finish(job->second, v1::FAILED, absl::StrCat("worker ", member_id, " left"), &ends);
+      }
+      workers_.erase(w);
+    } else if (shard_members_.erase(member_id) == 0) {
+      return absl::NotFoundError(absl::StrCat("member_id '", member_id, "' not found"));
+    }
+  }
+  RunEnds(ends);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
+    const v1::ReportProgressRequest& request) {
+  std::vector<EndCall> ends;
+  v1::ReportProgressResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    auto w = workers_.find(request.worker_id());
+    if (w == workers_.end()) {
+      return absl::NotFoundError(absl::StrCat("worker_id '", request.worker_id(), "' not found"));
+    }
+    auto it = jobs_.find(request.job_id());
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("job_id '", request.job_id(), "' not found"));
+    }
+    Job& job = it->second;
+    const auto& members = job.status.workers();
+    const auto pos = std::find(members.begin(), members.end(), request.worker_id());
+    if (pos == members.end()) {
+      return absl::PermissionDeniedError(absl::StrCat("worker ", request.worker_id(),
+                                                      " is not a member of ", request.job_id()));
+    }
+    w->second.last_heartbeat = options_.now();
+    w->second.progress = request.progress();
+    if (pos == members.begin()) {  // rank 0 speaks for the job
+      const double rate = job.status.progress().samples_per_sec();
+      *job.status.mutable_progress() = request.progress();
+      job.status.mutable_progress()->set_samples_per_sec(rate);
+    }
+    if (!request.error().empty()) {
+      Finish(job, v1::FAILED, absl::StrCat("worker ", request.worker_id(), ": ", request.error()),
+             &ends);
+    } else if (request.done() && pos == members.begin()) {
+      const v1::Progress& p = request.progress();
+      const double target = job.status.spec().target_accuracy();
+      std::string message = absl::StrCat("trained ", p.step(), " steps; test accuracy ",
+                                         p.test_accuracy());
+      if (target > 0) {
+        absl::StrAppend(&message, p.test_accuracy() >= target ? " (target " : " (below target ",
+                        target, ")");
+      }
+      Finish(job, v1::SUCCEEDED, message, &ends);
+    }
+    if (request.done() || !request.error().empty()) w->second.job_id.clear();
+    response.set_job_state(job.status.state());
+  }
+  RunEnds(ends);
+  return response;
+}
+
+std::vector<v1::Member> Coordinator::ListMembers() const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.now();
+  std::vector<v1::Member> out;
+  for (const auto& [id, w] : workers_) {
+    v1::Member m;
+    m.set_id(id);
+    m.set_role("worker");
+    m.set_address(w.hostname);
+    m.set_job_id(w.job_id);
+    m.set_device(w.device);
+    m.set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - w.last_heartbeat));
+    out.push_back(std::move(m));
+  }
+  for (const auto& [id, s] : shard_members_) {
+    v1::Member m;
+    m.set_id(id);
+    m.set_role("shard");
+    m.set_address(s.address);
+    m.set_last_heartbeat_age_s(absl::ToDoubleSeconds(now - s.last_heartbeat));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace fulcrum

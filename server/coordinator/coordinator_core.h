@@ -1,0 +1,126 @@
+// The coordinator's core: the job table and its state machine
+// (PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED), worker and shard
+// registration with heartbeat leases, assignment of workers and shards to
+// jobs, and job progress from worker reports. No gRPC types: shards are
+// driven through the ShardControl interface.
+//
+// Thread safety: every public method is safe to call concurrently.
+// Background work (lease expiry, scheduling) runs in Tick(), called by the
+// thread Start() owns, or directly by tests.
+#ifndef FULCRUM_SERVER_COORDINATOR_COORDINATOR_CORE_H_
+#define FULCRUM_SERVER_COORDINATOR_COORDINATOR_CORE_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "fulcrum/v1/coordinator.pb.h"
+#include "fulcrum/v1/parameter_server.pb.h"
+
+namespace fulcrum {
+
+// The coordinator's calls into parameter shards.
+class ShardControl {
+ public:
+  virtual ~ShardControl() = default;
+  virtual absl::Status InitJob(const std::string& address, const v1::InitJobRequest& request) = 0;
+  // Best effort: the job's streams end on that shard.
+  virtual void EndJob(const std::string& address, const std::string& job_id) = 0;
+};
+
+class Coordinator {
+ public:
+  struct Options {
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    absl::Duration lease = absl::Seconds(5);
+    // Once workers.min workers are idle, wait this long for up to
+    // workers.max before starting a job.
+    absl::Duration start_grace = absl::Seconds(1);
+    absl::Duration tick = absl::Milliseconds(100);
+    std::function<absl::Time()> now = [] { return absl::Now(); };
+  };
+
+  // `shards` is not owned and must outlive the coordinator.
+  Coordinator(Options options, ShardControl* shards);
+  ~Coordinator();
+
+  void Start();
+  void Stop();
+  // Expires leases and starts pending jobs. Calls ShardControl without
+  // holding the lock.
+  void Tick();
+
+  absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec);
+  absl::StatusOr<v1::JobStatus> GetJob(const std::string& job_id) const;
+  std::vector<v1::JobStatus> ListJobs() const;
+  absl::StatusOr<v1::JobStatus> CancelJob(const std::string& job_id);
+
+  v1::RegisterWorkerResponse RegisterWorker(const v1::RegisterWorkerRequest& request);
+  absl::StatusOr<v1::WorkerHeartbeatResponse> WorkerHeartbeat(
+      const v1::WorkerHeartbeatRequest& request);
+  absl::StatusOr<v1::RegisterShardResponse> RegisterShard(const v1::RegisterShardRequest& request);
+  absl::StatusOr<v1::ShardHeartbeatResponse> ShardHeartbeat(
+      const v1::ShardHeartbeatRequest& request);
+  absl::Status Leave(const std::string& member_id);
+  absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
+      const v1::ReportProgressRequest& request);
+  std::vector<v1::Member> ListMembers() const;
+
+ private:
+  struct Worker {
+    std::string id, hostname, device, job_id;
+    absl::Time last_heartbeat;
+    v1::Progress progress;
+  };
+  struct Shard {
+    std::string id, address;
+    absl::Time last_heartbeat;
+  };
+  struct Job {
+    v1::JobStatus status;
+    bool starting = false;        // InitJob calls in flight
+    absl::Time ready_since = absl::InfinitePast();  // min workers idle since
+    std::vector<std::string> shard_addresses;
+  };
+  struct Launch {  // a job whose shards must be initialised
+    std::string job_id;
+    std::vector<std::pair<std::string, v1::InitJobRequest>> inits;
+  };
+  struct EndCall {
+    std::string address, job_id;
+  };
+
+  void ExpireLeases(absl::Time now, std::vector<EndCall>* ends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Schedule(absl::Time now, std::vector<Launch>* launches) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Finish(Job& job, v1::JobState state, const std::string& message,
+              std::vector<EndCall>* ends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunEnds(const std::vector<EndCall>& ends);
+  std::vector<std::string> IdleWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefreshProgress(Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool Terminal(v1::JobState s);
+
+  const Options options_;
+  ShardControl* const shards_;  // Not owned.
+  std::thread ticker_;
+  absl::Notification stop_;
+
+  mutable absl::Mutex mu_;
+  int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_member_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);  // submission order
+  std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Shard> shard_members_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_COORDINATOR_COORDINATOR_CORE_H_
