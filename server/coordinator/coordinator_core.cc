@@ -223,14 +223,19 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
 void Coordinator::RefreshProgress(Job& job) const {
   int live = 0;
   double rate = 0;
+  const bool running = job.status.state() == v1::RUNNING;
   for (int rank = 0; rank < job.status.workers_size(); ++rank) {
     auto it = workers_.find(job.status.workers(rank));
-    if (it == workers_.end()) continue;
-    if (job.status.state() == v1::RUNNING && it->second.job_id == job.status.job_id()) ++live;
+    if (it == workers_.end() || it->second.job_id != job.status.job_id()) continue;
+    if (running) ++live;
     rate += it->second.progress.samples_per_sec();
+    // While running, rank 0's latest heartbeat speaks for the job.
+    if (running && rank == 0 && it->second.progress.step() >= job.status.progress().step()) {
+      *job.status.mutable_progress() = it->second.progress;
+    }
   }
   job.status.set_live_workers(live);
-  if (job.status.state() == v1::RUNNING) job.status.mutable_progress()->set_samples_per_sec(rate);
+  if (running) job.status.mutable_progress()->set_samples_per_sec(rate);
 }
 
 absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const std::string& job_id) const {

@@ -1,0 +1,189 @@
+// fulcrumctl: submit and manage Fulcrum jobs over the coordinator API.
+//
+//   fulcrumctl [--coordinator host:port] submit JOB.yaml [--watch]
+//   fulcrumctl list
+//   fulcrumctl status JOB [--watch] [--json]
+//   fulcrumctl cancel JOB
+//   fulcrumctl members
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/format.h"
+#include "common/config/job_spec.h"
+#include "common/net/grpc_options.h"
+#include "fulcrum/v1/coordinator.grpc.pb.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
+ABSL_FLAG(bool, watch, false, "status/submit: redraw live progress until the job ends");
+ABSL_FLAG(bool, json, false, "status/list: print machine-readable JSON");
+ABSL_FLAG(int64_t, timeout_ms, 10000, "deadline of each RPC");
+ABSL_FLAG(double, interval_s, 0.5, "--watch refresh period");
+
+namespace fulcrum {
+namespace {
+
+constexpr char kUsage[] =
+    "fulcrumctl [--coordinator host:port] COMMAND\n"
+    "  submit JOB.yaml [--watch]   submit a job (YAML or JSON); prints its id\n"
+    "  list [--json]               all jobs\n"
+    "  status JOB [--watch] [--json]\n"
+    "  cancel JOB\n"
+    "  members                     registered workers and shards";
+
+class Ctl {
+ public:
+  Ctl() : stub_(v1::Coordinator::NewStub(MakeChannel(absl::GetFlag(FLAGS_coordinator)))) {}
+
+  template <typename Req, typename Resp, typename Method>
+  bool Call(Method method, const Req& request, Resp* response) {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+    grpc::Status s = (stub_.get()->*method)(&context, request, response);
+    if (!s.ok()) {
+      std::cerr << "fulcrumctl: " << StatusCodeName(s.error_code()) << ": " << s.error_message()
+                << "\n";
+    }
+    return s.ok();
+  }
+
+  int Submit(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) {
+      std::cerr << "fulcrumctl: cannot read " << path << "\n";
+      return 2;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text.str());
+    absl::Status valid = spec.ok() ? ValidateJobSpec(*spec) : spec.status();
+    if (!valid.ok()) {
+      std::cerr << "fulcrumctl: " << path << ": " << valid.message() << "\n";
+      return 2;
+    }
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = *spec;
+    v1::SubmitJobResponse response;
+    if (!Call(&v1::Coordinator::Stub::SubmitJob, request, &response)) return 1;
+    std::cout << response.job_id() << std::endl;
+    return absl::GetFlag(FLAGS_watch) ? Status(response.job_id()) : 0;
+  }
+
+  int List() {
+    v1::ListJobsResponse response;
+    if (!Call(&v1::Coordinator::Stub::ListJobs, v1::ListJobsRequest(), &response)) return 1;
+    if (absl::GetFlag(FLAGS_json)) {
+      std::cout << ToJson(response) << "\n";
+      return 0;
+    }
+    std::cout << absl::StrFormat("%-10s %-20s %-10s %8s %10s %s\n", "JOB", "NAME", "STATE",
+                                 "STEP", "ACCURACY", "MESSAGE");
+    for (const v1::JobStatus& j : response.jobs()) {
+      std::cout << absl::StrFormat("%-10s %-20s %-10s %8d %10s %s\n", j.job_id(), j.spec().name(),
+                                   v1::JobState_Name(j.state()), j.progress().step(),
+                                   j.progress().evaluated_step() > 0
+                                       ? absl::StrFormat("%.4f", j.progress().test_accuracy())
+                                       : "-",
+                                   j.message());
+    }
+    return 0;
+  }
+
+  int Status(const std::string& job_id) {
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    const bool watch = absl::GetFlag(FLAGS_watch), json = absl::GetFlag(FLAGS_json);
+    const bool tty = isatty(STDOUT_FILENO);
+    for (;;) {
+      v1::JobStatus status;
+      if (!Call(&v1::Coordinator::Stub::GetJob, request, &status)) return 1;
+      const bool ended = status.state() == v1::SUCCEEDED || status.state() == v1::FAILED ||
+                         status.state() == v1::CANCELLED;
+      if (json) {
+        if (!watch || ended) std::cout << ToJson(status) << "\n";
+      } else if (watch && tty) {
+        std::cout << "\r\033[K" << ProgressLine(status) << std::flush;
+      } else {
+        std::cout << ProgressLine(status) << std::endl;
+      }
+      if (!watch || ended) {
+        if (!json && watch && tty) std::cout << "\n";
+        if (!json && ended) std::cout << FinalLines(status);
+        return status.state() == v1::SUCCEEDED || !watch ? 0 : 1;
+      }
+      absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_interval_s)));
+    }
+  }
+
+  int Cancel(const std::string& job_id) {
+    v1::CancelJobRequest request;
+    request.set_job_id(job_id);
+    v1::JobStatus status;
+    if (!Call(&v1::Coordinator::Stub::CancelJob, request, &status)) return 1;
+    std::cout << job_id << " " << v1::JobState_Name(status.state()) << "\n";
+    return 0;
+  }
+
+  int Members() {
+    v1::ListMembersResponse response;
+    if (!Call(&v1::Coordinator::Stub::ListMembers, v1::ListMembersRequest(), &response)) return 1;
+    std::cout << absl::StrFormat("%-8s %-7s %-22s %-8s %s\n", "ID", "ROLE", "ADDRESS", "JOB",
+                                 "HEARTBEAT");
+    for (const v1::Member& m : response.members()) {
+      std::cout << absl::StrFormat("%-8s %-7s %-22s %-8s %.1fs ago\n", m.id(), m.role(),
+                                   m.address(), m.job_id().empty() ? "-" : m.job_id(),
+                                   m.last_heartbeat_age_s());
+    }
+    return 0;
+  }
+
+ private:
+  static std::string ToJson(const google::protobuf::Message& m) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    options.preserve_proto_field_names = true;
+    options.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+    return out;
+  }
+
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+}  // namespace
+}  // namespace fulcrum
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(fulcrum::kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() < 2) {
+    std::cerr << fulcrum::kUsage << "\n";
+    return 2;
+  }
+  const std::string command = args[1];
+  fulcrum::Ctl ctl;
+  auto need = [&](size_t n) {
+    if (args.size() == n + 2) return true;
+    std::cerr << "fulcrumctl: " << command << " takes " << n << " argument(s)\n"
+              << fulcrum::kUsage << "\n";
+    return false;
+  };
+  if (command == "submit") return need(1) ? ctl.Submit(args[2]) : 2;
+  if (command == "list") return need(0) ? ctl.List() : 2;
+  if (command == "status") return need(1) ? ctl.Status(args[2]) : 2;
+  if (command == "cancel") return need(1) ? ctl.Cancel(args[2]) : 2;
+  if (command == "members") return need(0) ? ctl.Members() : 2;
+  std::cerr << "fulcrumctl: unknown command '" << command << "'\n" << fulcrum::kUsage << "\n";
+  return 2;
+}

@@ -1,0 +1,123 @@
+#include "common/testing/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/time/clock.h"
+
+namespace fulcrum::testing {
+namespace {
+
+pid_t Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (out_fd >= 0) dup2(out_fd, 1);
+    if (err_fd >= 0) dup2(err_fd, 2);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::optional<int> WaitPid(pid_t pid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    if (r < 0) return -1;
+    if (absl::Now() >= deadline) return std::nullopt;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+}  // namespace
+
+Process::Process(const std::vector<std::string>& argv, const std::string& log) {
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  pid_ = Spawn(argv, fd, fd);
+  if (fd >= 0) close(fd);
+}
+
+Process::~Process() {
+  if (pid_ > 0 && !exit_code_.has_value()) {
+    kill(pid_, SIGKILL);
+    WaitPid(pid_, absl::Seconds(10));
+  }
+}
+
+std::optional<int> Process::Wait(absl::Duration timeout) {
+  if (!exit_code_.has_value()) exit_code_ = WaitPid(pid_, timeout);
+  return exit_code_;
+}
+
+int Process::Stop(absl::Duration grace) {
+  if (exit_code_.has_value()) return *exit_code_;
+  kill(pid_, SIGTERM);
+  if (Wait(grace).has_value()) return *exit_code_;
+  kill(pid_, SIGKILL);
+  exit_code_ = WaitPid(pid_, absl::Seconds(10));
+  return exit_code_.value_or(-9);
+}
+
+RunResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
+                     const std::string& log) {
+  const std::string out_path = TestTempDir() + "/run_command.out";
+  const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err = log.empty() ? -1 : open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  const pid_t pid = Spawn(argv, out, err);
+  close(out);
+  if (err >= 0) close(err);
+  RunResult result;
+  std::optional<int> code = WaitPid(pid, timeout);
+  if (!code.has_value()) {
+    kill(pid, SIGKILL);
+    code = WaitPid(pid, absl::Seconds(10));
+    result.exit_code = -9;
+  } else {
+    result.exit_code = *code;
+  }
+  result.out = ReadFile(out_path);
+  return result;
+}
+
+std::string Runfile(const std::string& path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return path;
+  return std::string(srcdir) + "/" + (workspace != nullptr ? workspace : "fulcrum") + "/" + path;
+}
+
+std::string TestTempDir() {
+  const char* d = std::getenv("TEST_TMPDIR");
+  return d != nullptr ? d : "/tmp";
+}
+
+bool WaitForFile(const std::string& path, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && st.st_size > 0) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace fulcrum::testing

@@ -1,0 +1,108 @@
+#include "server/coordinator/service.h"
+
+#include "common/net/grpc_options.h"
+#include "common/status/grpc_status.h"
+
+namespace fulcrum {
+namespace {
+
+template <typename T, typename Out>
+grpc::Status Reply(absl::StatusOr<T> result, Out* out) {
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *out = std::move(*result);
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* r,
+                                           v1::SubmitJobResponse* out) {
+  absl::StatusOr<std::string> id = core_->SubmitJob(r->spec());
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  out->set_job_id(*id);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* r,
+                                        v1::JobStatus* out) {
+  return Reply(core_->GetJob(r->job_id()), out);
+}
+
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+                                          v1::ListJobsResponse* out) {
+  for (v1::JobStatus& s : core_->ListJobs()) *out->add_jobs() = std::move(s);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* r,
+                                           v1::JobStatus* out) {
+  return Reply(core_->CancelJob(r->job_id()), out);
+}
+
+grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
+                                                const v1::RegisterWorkerRequest* r,
+                                                v1::RegisterWorkerResponse* out) {
+  *out = core_->RegisterWorker(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::WorkerHeartbeat(grpc::ServerContext*,
+                                                 const v1::WorkerHeartbeatRequest* r,
+                                                 v1::WorkerHeartbeatResponse* out) {
+  return Reply(core_->WorkerHeartbeat(*r), out);
+}
+
+grpc::Status CoordinatorService::RegisterShard(grpc::ServerContext*,
+                                               const v1::RegisterShardRequest* r,
+                                               v1::RegisterShardResponse* out) {
+  return Reply(core_->RegisterShard(*r), out);
+}
+
+grpc::Status CoordinatorService::ShardHeartbeat(grpc::ServerContext*,
+                                                const v1::ShardHeartbeatRequest* r,
+                                                v1::ShardHeartbeatResponse* out) {
+  return Reply(core_->ShardHeartbeat(*r), out);
+}
+
+grpc::Status CoordinatorService::Leave(grpc::ServerContext*, const v1::LeaveRequest* r,
+                                       v1::LeaveResponse*) {
+  return ToGrpcStatus(core_->Leave(r->member_id()));
+}
+
+grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext*,
+                                                const v1::ReportProgressRequest* r,
+                                                v1::ReportProgressResponse* out) {
+  return Reply(core_->ReportProgress(*r), out);
+}
+
+grpc::Status CoordinatorService::ListMembers(grpc::ServerContext*, const v1::ListMembersRequest*,
+                                             v1::ListMembersResponse* out) {
+  for (v1::Member& m : core_->ListMembers()) *out->add_members() = std::move(m);
+  return grpc::Status::OK;
+}
+
+v1::ParameterServer::Stub* GrpcShardControl::Stub(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto& stub = stubs_[address];
+  if (stub == nullptr) stub = v1::ParameterServer::NewStub(MakeChannel(address));
+  return stub.get();
+}
+
+absl::Status GrpcShardControl::InitJob(const std::string& address,
+                                       const v1::InitJobRequest& request) {
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(30));
+  v1::InitJobResponse response;
+  return FromGrpcStatus(Stub(address)->InitJob(&context, request, &response));
+}
+
+void GrpcShardControl::EndJob(const std::string& address, const std::string& job_id) {
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(5));
+  v1::EndJobRequest request;
+  request.set_job_id(job_id);
+  v1::EndJobResponse response;
+  Stub(address)->EndJob(&context, request, &response);  // best effort
+}
+
+}  // namespace fulcrum

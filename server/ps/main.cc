@@ -1,0 +1,51 @@
+// fulcrum-server: one parameter shard.
+#include <iostream>
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "common/net/grpc_options.h"
+#include "common/net/signals.h"
+#include "server/ps/service.h"
+#include "server/ps/shard_agent.h"
+#include "server/ps/shard_core.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port for the data plane (port 0: pick one)");
+ABSL_FLAG(std::string, advertise, "",
+          "address workers dial (default: the listen host with the bound port)");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
+ABSL_FLAG(int64_t, step_timeout_s, 300, "longest a step waits for the other workers");
+
+int main(int argc, char** argv) {
+  fulcrum::BlockTerminationSignals();
+  absl::ParseCommandLine(argc, argv);
+  fulcrum::ParameterShard shard;
+  fulcrum::ParameterServerService service(
+      &shard, {absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s))});
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  fulcrum::ConfigureServer(&builder);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "fulcrum-server: cannot listen on " << listen << "\n";
+    return 1;
+  }
+  std::string advertise = absl::GetFlag(FLAGS_advertise);
+  if (advertise.empty()) advertise = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  std::cerr << "fulcrum-server: serving on " << advertise
+            << " (insecure transport: use on loopback or a trusted network)\n";
+  fulcrum::ShardAgent agent(absl::GetFlag(FLAGS_coordinator), advertise, &shard);
+  agent.Start();
+  fulcrum::WaitForTerminationSignal();
+  std::cerr << "fulcrum-server: shutting down\n";
+  agent.Stop();
+  for (const std::string& job : shard.JobIds()) shard.EndJob(job);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}

@@ -1,0 +1,41 @@
+// Keeps a shard registered with the coordinator: registers (retrying with
+// backoff while the coordinator is unreachable), heartbeats within the lease,
+// re-registers if the coordinator forgot it, and ends jobs the coordinator no
+// longer lists as active.
+#ifndef FULCRUM_SERVER_PS_SHARD_AGENT_H_
+#define FULCRUM_SERVER_PS_SHARD_AGENT_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "fulcrum/v1/coordinator.grpc.pb.h"
+#include "server/ps/shard_core.h"
+
+namespace fulcrum {
+
+class ShardAgent {
+ public:
+  // `shard` is not owned and must outlive the agent.
+  ShardAgent(std::string coordinator, std::string advertise_address, ParameterShard* shard);
+  ~ShardAgent();
+  void Start();
+  void Stop();  // leaves the coordinator (best effort) and joins the thread
+
+ private:
+  void Run();
+  bool Register();
+
+  const std::string advertise_address_;
+  ParameterShard* const shard_;  // Not owned.
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::string shard_id_;
+  int64_t interval_ms_ = 1000;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_SHARD_AGENT_H_

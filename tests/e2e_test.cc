@@ -1,0 +1,151 @@
+// End to end, as a user runs it: a coordinator, two shards and two workers as
+// separate processes on 127.0.0.1 (ports picked by the kernel), a job
+// submitted with fulcrumctl on a Fashion-MNIST subset, and `fulcrumctl status
+// --json` reporting SUCCEEDED with the accuracy reached. Every wait has a
+// deadline; every process is stopped and reaped.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/testing/process.h"
+#include "gtest/gtest.h"
+
+namespace fulcrum {
+namespace {
+
+using testing::Process;
+using testing::RunCommand;
+using testing::Runfile;
+
+constexpr char kDataset[] = "/usr/share/datasets/fashion-mnist";
+
+class Cluster {
+ public:
+  Cluster(const std::string& name, int shards, int workers)
+      : dir_(testing::TestTempDir() + "/" + name) {
+    mkdir(dir_.c_str(), 0755);
+    const std::string port_file = dir_ + "/coordinator.port";
+    procs_.push_back(std::make_unique<Process>(
+        std::vector<std::string>{Runfile("server/coordinator/fulcrum-coordinator"),
+                                 "--listen=127.0.0.1:0", "--port_file=" + port_file,
+                                 "--heartbeat_ms=200", "--start_grace_ms=3000"},
+        dir_ + "/coordinator.log"));
+    if (!testing::WaitForFile(port_file, absl::Seconds(20))) return;
+    address_ = "127.0.0.1:" + std::to_string(std::atoi(testing::ReadFile(port_file).c_str()));
+    for (int i = 0; i < shards; ++i) {
+      procs_.push_back(std::make_unique<Process>(
+          std::vector<std::string>{Runfile("server/ps/fulcrum-server"), "--listen=127.0.0.1:0",
+                                   "--coordinator=" + address_},
+          dir_ + "/shard.log"));
+    }
+    for (int i = 0; i < workers; ++i) {
+      procs_.push_back(std::make_unique<Process>(
+          std::vector<std::string>{Runfile("worker/fulcrum-worker"), "--coordinator=" + address_,
+                                   "--max_jobs=1"},
+          dir_ + "/worker.log"));
+    }
+  }
+  ~Cluster() {
+    for (auto it = procs_.rbegin(); it != procs_.rend(); ++it) (*it)->Stop(absl::Seconds(5));
+  }
+  const std::string& address() const { return address_; }
+  std::string CtlLog() const { return testing::ReadFile(dir_ + "/fulcrumctl.log"); }
+
+  testing::RunResult Ctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(30)) {
+    args.insert(args.begin(), {Runfile("client/fulcrumctl"), "--coordinator=" + address_});
+    return RunCommand(args, timeout, dir_ + "/fulcrumctl.log");
+  }
+
+  std::string Logs() const {
+    std::string out;
+    for (const char* f : {"coordinator", "shard", "worker", "fulcrumctl"}) {
+      out += "---- " + std::string(f) + ".log\n" + testing::ReadFile(dir_ + "/" + f + ".log");
+    }
+    return out;
+  }
+
+ private:
+  std::string dir_, address_;
+  std::vector<std::unique_ptr<Process>> procs_;
+};
+
+std::string WriteJob(const std::string& name, const std::string& body) {
+  const std::string path = testing::TestTempDir() + "/" + name;
+  std::ofstream(path) << body;
+  return path;
+}
+
+// Extracts "key": <number> from fulcrumctl's JSON output (proto3 JSON
+// quotes 64-bit integers).
+double JsonNumber(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\"");
+  if (at == std::string::npos) return -1;
+  size_t value = json.find(':', at) + 1;
+  while (value < json.size() && (json[value] == ' ' || json[value] == '"')) ++value;
+  return std::atof(json.c_str() + value);
+}
+
+TEST(EndToEndTest, TrainsFashionMnistSubsetToTargetAccuracy) {
+  ASSERT_EQ(access(kDataset, R_OK), 0)
+      << kDataset << " is missing: run tools/setup.sh (Debian package dataset-fashion-mnist)";
+  Cluster cluster("train", 2, 2);
+  ASSERT_FALSE(cluster.address().empty()) << cluster.Logs();
+  const std::string job = WriteJob("job.yaml", R"(
+name: e2e-subset
+model: {type: mlp, layers: [784, 64, 10]}
+dataset: {format: idx, dir: /usr/share/datasets/fashion-mnist, train_limit: 6000, test_limit: 1000}
+optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
+batch_size: 32
+epochs: 3
+workers: {min: 2, max: 2}
+shards: 2
+seed: 3
+eval_every_steps: 50
+)");
+  testing::RunResult submit = cluster.Ctl({"submit", job});
+  ASSERT_EQ(submit.exit_code, 0) << cluster.Logs();
+  std::string job_id = submit.out.substr(0, submit.out.find('\n'));
+  ASSERT_EQ(job_id.rfind("job-", 0), 0u) << submit.out;
+
+  testing::RunResult watch = cluster.Ctl({"status", job_id, "--watch"}, absl::Minutes(4));
+  EXPECT_EQ(watch.exit_code, 0) << watch.out << cluster.Logs();
+  EXPECT_NE(watch.out.find("final test accuracy: "), std::string::npos) << watch.out;
+
+  testing::RunResult json = cluster.Ctl({"status", job_id, "--json"});
+  ASSERT_EQ(json.exit_code, 0);
+  EXPECT_NE(json.out.find("\"state\": \"SUCCEEDED\""), std::string::npos) << json.out;
+  // 3 epochs of 6000 samples in global batches of 64 = 3 * 94 steps.
+  EXPECT_EQ(JsonNumber(json.out, "step"), 282) << json.out;
+  EXPECT_GE(JsonNumber(json.out, "test_accuracy"), 0.75) << json.out;
+  EXPECT_EQ(JsonNumber(json.out, "evaluated_step"), 282) << json.out;
+}
+
+TEST(EndToEndTest, CtlRejectsBadInputWithTheFieldNamed) {
+  Cluster cluster("bad_input", 1, 0);
+  ASSERT_FALSE(cluster.address().empty()) << cluster.Logs();
+  const std::string bad = WriteJob("bad.yaml", R"(
+name: bad
+model: {type: mlp, layers: [784, 10]}
+dataset: {dir: /tmp}
+optimizer: {type: momentum, lr: -1}
+)");
+  testing::RunResult r = cluster.Ctl({"submit", bad});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(cluster.CtlLog().find("optimizer.lr must be > 0, got -1"), std::string::npos)
+      << cluster.CtlLog();
+  r = cluster.Ctl({"status", "job-404"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(cluster.CtlLog().find("NOT_FOUND: job_id 'job-404' not found"), std::string::npos)
+      << cluster.CtlLog();
+  r = cluster.Ctl({"list", "--json"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.find("job-"), std::string::npos) << "the bad job must not exist: " << r.out;
+}
+
+}  // namespace
+}  // namespace fulcrum

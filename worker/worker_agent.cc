@@ -1,0 +1,193 @@
+#include "worker/worker_agent.h"
+
+#include <unistd.h>
+
+#include <iostream>
+#include <random>
+
+#include "common/net/grpc_options.h"
+
+namespace fulcrum {
+
+WorkerAgent::WorkerAgent(Options options, Backend* backend)
+    : options_(std::move(options)),
+      backend_(backend),
+      stub_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator))) {}
+
+WorkerAgent::~WorkerAgent() {
+  Shutdown();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void WorkerAgent::Shutdown() {
+  if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
+  absl::MutexLock lock(&mu_);
+  changed_.SignalAll();
+}
+
+bool WorkerAgent::Register() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::mt19937_64 rng(std::random_device{}());
+  for (int attempt = 0; !shutdown_.HasBeenNotified(); ++attempt) {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(5));
+    v1::RegisterWorkerRequest request;
+    request.set_hostname(host);
+    request.set_device(options_.device);
+    v1::RegisterWorkerResponse response;
+    grpc::Status s = stub_->RegisterWorker(&context, request, &response);
+    if (s.ok()) {
+      absl::MutexLock lock(&mu_);
+      worker_id_ = response.worker_id();
+      interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
+      std::cerr << "fulcrum-worker: registered as " << worker_id_ << " (" << backend_->Name()
+                << ")\n";
+      return true;
+    }
+    std::cerr << "fulcrum-worker: register failed (" << s.error_message() << "), retrying\n";
+    const auto wait = Backoff(attempt, std::chrono::milliseconds(100),
+                              std::chrono::milliseconds(2000), rng());
+    if (shutdown_.WaitForNotificationWithTimeout(absl::FromChrono(wait))) return false;
+  }
+  return false;
+}
+
+void WorkerAgent::HeartbeatLoop() {
+  for (;;) {
+    v1::WorkerHeartbeatRequest request;
+    int64_t interval;
+    {
+      absl::MutexLock lock(&mu_);
+      request.set_worker_id(worker_id_);
+      request.set_job_id(current_job_);
+      *request.mutable_progress() = progress_;
+      interval = interval_ms_;
+    }
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::milliseconds(std::max<int64_t>(1000, interval)));
+    v1::WorkerHeartbeatResponse response;
+    grpc::Status s = stub_->WorkerHeartbeat(&context, request, &response);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      // The coordinator dropped us (lease expired): a job we train is gone.
+      {
+        absl::MutexLock lock(&mu_);
+        job_cancelled_ = true;
+      }
+      if (!Register()) return;
+      continue;
+    }
+    if (s.ok()) {
+      absl::MutexLock lock(&mu_);
+      const v1::WorkerAssignment& a = response.assignment();
+      if (!current_job_.empty() &&
+          (a.job_id() != current_job_ || a.job_state() != v1::RUNNING)) {
+        job_cancelled_ = true;  // cancelled or failed elsewhere
+      }
+      if (a.job_state() == v1::RUNNING && a.job_id() != current_job_ &&
+          a.job_id() != finished_job_) {
+        assignment_ = a;
+        changed_.SignalAll();
+      }
+    }
+    if (shutdown_.WaitForNotificationWithTimeout(absl::Milliseconds(interval))) return;
+  }
+}
+
+void WorkerAgent::Update(const v1::Progress& progress) {
+  absl::MutexLock lock(&mu_);
+  progress_ = progress;
+}
+
+bool WorkerAgent::Cancelled() {
+  absl::MutexLock lock(&mu_);
+  return job_cancelled_ || shutdown_.HasBeenNotified();
+}
+
+void WorkerAgent::Report(const v1::Progress& progress, const std::string& error) {
+  v1::ReportProgressRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_worker_id(worker_id_);
+    request.set_job_id(current_job_);
+  }
+  *request.mutable_progress() = progress;
+  request.set_done(error.empty());
+  request.set_error(error);
+  std::mt19937_64 rng(std::random_device{}());
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(5));
+    v1::ReportProgressResponse response;
+    grpc::Status s = stub_->ReportProgress(&context, request, &response);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return;
+    }
+    absl::SleepFor(absl::FromChrono(Backoff(attempt, std::chrono::milliseconds(100),
+                                            std::chrono::milliseconds(2000), rng())));
+  }
+}
+
+int WorkerAgent::Run() {
+  if (!Register()) return 0;
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  Trainer trainer(backend_, {[this] {
+                               absl::MutexLock lock(&mu_);
+                               return worker_id_;
+                             }()});
+  int jobs = 0;
+  while (!shutdown_.HasBeenNotified()) {
+    v1::WorkerAssignment a;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!assignment_.has_value() && !shutdown_.HasBeenNotified()) {
+        changed_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+      }
+      if (!assignment_.has_value()) break;
+      a = *assignment_;
+      assignment_.reset();
+      current_job_ = a.job_id();
+      job_cancelled_ = false;
+      progress_.Clear();
+    }
+    std::cerr << "fulcrum-worker: training " << a.job_id() << " as rank " << a.rank() << " of "
+              << a.world_size() << "\n";
+    Assignment assignment{a.job_id(), a.spec(), a.rank(), a.world_size(), a.generation(),
+                          {a.shard_addresses().begin(), a.shard_addresses().end()}};
+    absl::StatusOr<TrainResult> result = trainer.Run(assignment, this);
+    if (result.ok()) {
+      std::cerr << "fulcrum-worker: " << a.job_id() << " done at step "
+                << result->progress.step() << "\n";
+      Report(result->progress, "");
+    } else {
+      std::cerr << "fulcrum-worker: " << a.job_id() << " failed: " << result.status() << "\n";
+      v1::Progress last;
+      {
+        absl::MutexLock lock(&mu_);
+        last = progress_;
+      }
+      if (!Cancelled()) Report(last, result.status().ToString());
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      finished_job_ = current_job_;
+      current_job_.clear();
+    }
+    if (options_.max_jobs > 0 && ++jobs >= options_.max_jobs) break;
+  }
+  Shutdown();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(2));
+  v1::LeaveRequest leave;
+  {
+    absl::MutexLock lock(&mu_);
+    leave.set_member_id(worker_id_);
+  }
+  v1::LeaveResponse left;
+  stub_->Leave(&context, leave, &left);
+  return 0;
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,64 @@
+// The worker process's control loop: registers with the coordinator,
+// heartbeats (carrying the latest progress) from its own thread, waits for a
+// job assignment, trains it with a Trainer, and reports the outcome. Then it
+// is idle again and can be assigned the next job.
+#ifndef FULCRUM_WORKER_WORKER_AGENT_H_
+#define FULCRUM_WORKER_WORKER_AGENT_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "fulcrum/v1/coordinator.grpc.pb.h"
+#include "worker/backend/backend.h"
+#include "worker/trainer.h"
+
+namespace fulcrum {
+
+class WorkerAgent : public ProgressSink {
+ public:
+  struct Options {
+    std::string coordinator = "127.0.0.1:7070";
+    std::string device = "cpu";
+    int max_jobs = 0;  // exit after this many jobs; 0 = serve forever
+  };
+  // `backend` is not owned and must outlive the agent.
+  WorkerAgent(Options options, Backend* backend);
+  ~WorkerAgent() override;
+
+  // Serves until Shutdown() or max_jobs. Returns the process exit code.
+  int Run();
+  // Thread-safe; ends Run() at the next opportunity (a running job stops).
+  void Shutdown();
+
+  void Update(const v1::Progress& progress) override;
+  bool Cancelled() override;
+
+ private:
+  bool Register();
+  void HeartbeatLoop();
+  void Report(const v1::Progress& progress, const std::string& error);
+
+  const Options options_;
+  Backend* const backend_;  // Not owned.
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  absl::Notification shutdown_;
+  std::thread heartbeat_;
+
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  int64_t interval_ms_ ABSL_GUARDED_BY(mu_) = 1000;
+  std::optional<v1::WorkerAssignment> assignment_ ABSL_GUARDED_BY(mu_);
+  std::string current_job_ ABSL_GUARDED_BY(mu_);   // job being trained
+  std::string finished_job_ ABSL_GUARDED_BY(mu_);  // last job trained
+  bool job_cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  v1::Progress progress_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_WORKER_AGENT_H_
