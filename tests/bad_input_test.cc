@@ -1,0 +1,209 @@
+// Bad input on the wire: every rejected request gets the documented status
+// code with a message naming the problem, and the parameters are unchanged
+// afterwards (asserted by pulling them before and after). A real shard
+// service and coordinator service on loopback ports.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include "common/config/job_spec.h"
+#include "common/net/grpc_options.h"
+#include "fulcrum/v1/coordinator.grpc.pb.h"
+#include "fulcrum/v1/parameter_server.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/coordinator_core.h"
+#include "server/coordinator/service.h"
+#include "server/ps/service.h"
+
+namespace fulcrum {
+namespace {
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    service_ = std::make_unique<ParameterServerService>(&shard_, ParameterServerService::Options{});
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    ConfigureServer(&builder);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_GT(port, 0);
+    stub_ = v1::ParameterServer::NewStub(MakeChannel("127.0.0.1:" + std::to_string(port)));
+
+    v1::InitJobRequest init;
+    init.set_job_id("job-1");
+    *init.mutable_spec() = Spec();
+    init.set_num_shards(1);
+    init.set_generation(1);
+    init.add_workers("w-1");
+    init.add_workers("w-2");
+    grpc::ClientContext context;
+    v1::InitJobResponse response;
+    ASSERT_TRUE(stub_->InitJob(&context, init, &response).ok());
+    ASSERT_EQ(response.partitions_size(), 1);
+  }
+  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+ public:
+  static v1::JobSpec Spec() {
+    v1::JobSpec spec;
+    spec.set_name("bad-input");
+    spec.mutable_model()->set_type("mlp");
+    spec.mutable_model()->add_layers(8);
+    spec.mutable_model()->add_layers(4);
+    spec.mutable_dataset()->set_dir("/d");
+    spec.mutable_optimizer()->set_lr(0.1);
+    ApplyDefaults(&spec);
+    return spec;
+  }
+
+  std::vector<float> Pull() {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(10));
+    v1::PullRequest request;
+    request.set_job_id("job-1");
+    auto reader = stub_->Pull(&context, request);
+    std::vector<float> out;
+    v1::Params p;
+    while (reader->Read(&p)) {
+      out.resize(p.offset() + p.data().size() / 4);
+      std::memcpy(out.data() + p.offset(), p.data().data(), p.data().size());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return out;
+  }
+
+  // Opens a stream as `worker`, sends hello and then `push` (if given);
+  // returns the stream's final status.
+  grpc::Status Send(const std::string& job, const std::string& worker, int64_t generation,
+                    const v1::Push* push) {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(10));
+    auto rw = stub_->Stream(&context);
+    v1::StreamRequest hello;
+    hello.mutable_hello()->set_job_id(job);
+    hello.mutable_hello()->set_worker_id(worker);
+    hello.mutable_hello()->set_generation(generation);
+    rw->Write(hello);
+    if (push != nullptr) {
+      v1::StreamRequest r;
+      *r.mutable_push() = *push;
+      rw->Write(r);
+    }
+    rw->WritesDone();
+    v1::StreamResponse ignored;
+    while (rw->Read(&ignored)) {
+    }
+    return rw->Finish();
+  }
+
+  static v1::Push GoodPush() {
+    v1::Push p;
+    p.set_partition(0);
+    p.set_samples(4);
+    std::vector<float> g(36, 0.5f);  // 8*4 + 4 parameters
+    p.set_data(std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4));
+    return p;
+  }
+
+  void ExpectRejected(const v1::Push& push, grpc::StatusCode code, const std::string& text) {
+    const std::vector<float> before = Pull();
+    grpc::Status s = Send("job-1", "w-1", 1, &push);
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_NE(s.error_message().find(text), std::string::npos) << s.error_message();
+    EXPECT_EQ(Pull(), before) << "a rejected push changed the parameters";
+  }
+
+  ParameterShard shard_;
+  std::unique_ptr<ParameterServerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+};
+
+TEST_F(BadInputTest, UnknownJobMemberOrGeneration) {
+  EXPECT_EQ(Send("job-9", "w-1", 1, nullptr).error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::Status s = Send("job-1", "w-7", 1, nullptr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("w-7"), std::string::npos);
+  EXPECT_EQ(Send("job-1", "w-1", 2, nullptr).error_code(), grpc::StatusCode::ABORTED);
+}
+
+TEST_F(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
+  v1::Push p = GoodPush();
+  p.set_partition(5);
+  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT, "push.partition 5");
+
+  p = GoodPush();
+  p.mutable_data()->resize(100);
+  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT, "push.data has 100 bytes, expected 144");
+
+  p = GoodPush();
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(p.mutable_data()->data() + 8, &nan, 4);
+  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT, "push.data element 2");
+
+  p = GoodPush();
+  float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(p.mutable_data()->data(), &inf, 4);
+  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT, "not finite");
+
+  p = GoodPush();
+  p.set_step(3);
+  ExpectRejected(p, grpc::StatusCode::FAILED_PRECONDITION, "push.step 3 is ahead");
+
+  p = GoodPush();
+  p.set_samples(-2);
+  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT, "push.samples must be >= 0");
+}
+
+TEST_F(BadInputTest, BadInitJobNamesTheField) {
+  v1::InitJobRequest init;
+  init.set_job_id("job-2");
+  *init.mutable_spec() = Spec();
+  init.mutable_spec()->mutable_optimizer()->set_lr(-1);
+  init.set_num_shards(1);
+  init.set_generation(1);
+  init.add_workers("w-1");
+  grpc::ClientContext context;
+  v1::InitJobResponse response;
+  grpc::Status s = stub_->InitJob(&context, init, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "optimizer.lr must be > 0, got -1");
+}
+
+class NoShards : public ShardControl {
+  absl::Status InitJob(const std::string&, const v1::InitJobRequest&) override {
+    return absl::OkStatus();
+  }
+  void EndJob(const std::string&, const std::string&) override {}
+};
+
+TEST(CoordinatorBadInputTest, InvalidSpecOverGrpc) {
+  NoShards shards;
+  Coordinator core({}, &shards);
+  CoordinatorService service(&core);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  auto stub = v1::Coordinator::NewStub(MakeChannel("127.0.0.1:" + std::to_string(port)));
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = BadInputTest::Spec();
+  request.mutable_spec()->set_batch_size(0);
+  grpc::ClientContext context;
+  v1::SubmitJobResponse response;
+  grpc::Status s = stub->SubmitJob(&context, request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "batch_size must be in [1, 65536], got 0");
+  EXPECT_TRUE(core.ListJobs().empty());
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+}  // namespace
+}  // namespace fulcrum
