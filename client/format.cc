@@ -12,44 +12,60 @@ std::string ProgressLine(const v1::JobStatus& s) {
   std::string bar;
   if (total > 0) {
     const int width = 20;
-    const int filled = static_cast<int>(std::min<int64_t>(width, p.step() * width / total));
-    bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] ";
+    const int filled =
+        static_cast<int>(std::min<int64_t>(width, p.step() * width / total));
+    bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') +
+          "] ";
   }
-  std::string line = absl::StrFormat("%s %-9s %sepoch %d/%d step %d/%d", s.job_id(),
-                                     v1::JobState_Name(s.state()), bar, p.epoch() + 1,
-                                     s.spec().epochs(), p.step(), total);
+  std::string line =
+      absl::StrFormat("%s %-9s %sepoch %d/%d step %d/%d", s.job_id(),
+                      v1::JobState_Name(s.state()), bar, p.epoch() + 1,
+                      s.spec().epochs(), p.step(), total);
   if (p.step() > 0) absl::StrAppendFormat(&line, " loss %.4f", p.loss());
   if (p.evaluated_step() > 0) {
-    absl::StrAppendFormat(&line, " acc %.4f@%d", p.test_accuracy(), p.evaluated_step());
+    absl::StrAppendFormat(&line, " acc %.4f@%d", p.test_accuracy(),
+                          p.evaluated_step());
   }
-  absl::StrAppendFormat(&line, " %.0f samples/s workers %d/%d", p.samples_per_sec(),
-                        s.live_workers(), s.workers_size());
+  absl::StrAppendFormat(&line, " %.0f samples/s workers %d/%d",
+                        p.samples_per_sec(), s.live_workers(),
+                        s.workers_size());
   return line;
 }
 
 std::string FinalLines(const v1::JobStatus& s) {
-  std::string out = absl::StrFormat("%s %s: %s\n", s.job_id(), v1::JobState_Name(s.state()),
-                                    s.message());
+  std::string out = absl::StrFormat("%s %s: %s\n", s.job_id(),
+                                    v1::JobState_Name(s.state()), s.message());
   if (s.end_time_unix() > 0 && s.start_time_unix() > 0) {
-    absl::StrAppendFormat(&out, "training time: %.1f s\n", s.end_time_unix() - s.start_time_unix());
+    absl::StrAppendFormat(&out, "training time: %.1f s\n",
+                          s.end_time_unix() - s.start_time_unix());
   }
   if (s.progress().evaluated_step() > 0) {
-    absl::StrAppendFormat(&out, "final test accuracy: %.4f\n", s.progress().test_accuracy());
+    absl::StrAppendFormat(&out, "final test accuracy: %.4f\n",
+                          s.progress().test_accuracy());
   }
   return out;
 }
 
 const char* StatusCodeName(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE (is the coordinator running?)";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    default: return "ERROR";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE (is the coordinator running?)";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    default:
+      return "ERROR";
   }
 }
 

@@ -2,9 +2,9 @@
 #ifndef FULCRUM_CLIENT_FORMAT_H_
 #define FULCRUM_CLIENT_FORMAT_H_
 
-#include <string>
-
 #include <grpcpp/support/status_code_enum.h>
+
+#include <string>
 
 #include "fulcrum/v1/coordinator.pb.h"
 

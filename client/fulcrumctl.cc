@@ -5,14 +5,13 @@
 //   fulcrumctl status JOB [--watch] [--json]
 //   fulcrumctl cancel JOB
 //   fulcrumctl members
+#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -25,7 +24,8 @@
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
-ABSL_FLAG(bool, watch, false, "status/submit: redraw live progress until the job ends");
+ABSL_FLAG(bool, watch, false,
+          "status/submit: redraw live progress until the job ends");
 ABSL_FLAG(bool, json, false, "status/list: print machine-readable JSON");
 ABSL_FLAG(int64_t, timeout_ms, 10000, "deadline of each RPC");
 ABSL_FLAG(double, interval_s, 0.5, "--watch refresh period");
@@ -43,16 +43,19 @@ constexpr char kUsage[] =
 
 class Ctl {
  public:
-  Ctl() : stub_(v1::Coordinator::NewStub(MakeChannel(absl::GetFlag(FLAGS_coordinator)))) {}
+  Ctl()
+      : stub_(v1::Coordinator::NewStub(
+            MakeChannel(absl::GetFlag(FLAGS_coordinator)))) {}
 
   template <typename Req, typename Resp, typename Method>
   bool Call(Method method, const Req& request, Resp* response) {
     grpc::ClientContext context;
-    SetTimeout(&context, std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+    SetTimeout(&context,
+               std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
     grpc::Status s = (stub_.get()->*method)(&context, request, response);
     if (!s.ok()) {
-      std::cerr << "fulcrumctl: " << StatusCodeName(s.error_code()) << ": " << s.error_message()
-                << "\n";
+      std::cerr << "fulcrumctl: " << StatusCodeName(s.error_code()) << ": "
+                << s.error_message() << "\n";
     }
     return s.ok();
   }
@@ -81,20 +84,24 @@ class Ctl {
 
   int List() {
     v1::ListJobsResponse response;
-    if (!Call(&v1::Coordinator::Stub::ListJobs, v1::ListJobsRequest(), &response)) return 1;
+    if (!Call(&v1::Coordinator::Stub::ListJobs, v1::ListJobsRequest(),
+              &response))
+      return 1;
     if (absl::GetFlag(FLAGS_json)) {
       std::cout << ToJson(response) << "\n";
       return 0;
     }
-    std::cout << absl::StrFormat("%-10s %-20s %-10s %8s %10s %s\n", "JOB", "NAME", "STATE",
-                                 "STEP", "ACCURACY", "MESSAGE");
+    std::cout << absl::StrFormat("%-10s %-20s %-10s %8s %10s %s\n", "JOB",
+                                 "NAME", "STATE", "STEP", "ACCURACY",
+                                 "MESSAGE");
     for (const v1::JobStatus& j : response.jobs()) {
-      std::cout << absl::StrFormat("%-10s %-20s %-10s %8d %10s %s\n", j.job_id(), j.spec().name(),
-                                   v1::JobState_Name(j.state()), j.progress().step(),
-                                   j.progress().evaluated_step() > 0
-                                       ? absl::StrFormat("%.4f", j.progress().test_accuracy())
-                                       : "-",
-                                   j.message());
+      std::cout << absl::StrFormat(
+          "%-10s %-20s %-10s %8d %10s %s\n", j.job_id(), j.spec().name(),
+          v1::JobState_Name(j.state()), j.progress().step(),
+          j.progress().evaluated_step() > 0
+              ? absl::StrFormat("%.4f", j.progress().test_accuracy())
+              : "-",
+          j.message());
     }
     return 0;
   }
@@ -102,12 +109,14 @@ class Ctl {
   int Status(const std::string& job_id) {
     v1::GetJobRequest request;
     request.set_job_id(job_id);
-    const bool watch = absl::GetFlag(FLAGS_watch), json = absl::GetFlag(FLAGS_json);
+    const bool watch = absl::GetFlag(FLAGS_watch),
+               json = absl::GetFlag(FLAGS_json);
     const bool tty = isatty(STDOUT_FILENO);
     for (;;) {
       v1::JobStatus status;
       if (!Call(&v1::Coordinator::Stub::GetJob, request, &status)) return 1;
-      const bool ended = status.state() == v1::SUCCEEDED || status.state() == v1::FAILED ||
+      const bool ended = status.state() == v1::SUCCEEDED ||
+                         status.state() == v1::FAILED ||
                          status.state() == v1::CANCELLED;
       if (json) {
         if (!watch || ended) std::cout << ToJson(status) << "\n";
@@ -136,13 +145,15 @@ class Ctl {
 
   int Members() {
     v1::ListMembersResponse response;
-    if (!Call(&v1::Coordinator::Stub::ListMembers, v1::ListMembersRequest(), &response)) return 1;
-    std::cout << absl::StrFormat("%-8s %-7s %-22s %-8s %s\n", "ID", "ROLE", "ADDRESS", "JOB",
-                                 "HEARTBEAT");
+    if (!Call(&v1::Coordinator::Stub::ListMembers, v1::ListMembersRequest(),
+              &response))
+      return 1;
+    std::cout << absl::StrFormat("%-8s %-7s %-22s %-8s %s\n", "ID", "ROLE",
+                                 "ADDRESS", "JOB", "HEARTBEAT");
     for (const v1::Member& m : response.members()) {
-      std::cout << absl::StrFormat("%-8s %-7s %-22s %-8s %.1fs ago\n", m.id(), m.role(),
-                                   m.address(), m.job_id().empty() ? "-" : m.job_id(),
-                                   m.last_heartbeat_age_s());
+      std::cout << absl::StrFormat(
+          "%-8s %-7s %-22s %-8s %.1fs ago\n", m.id(), m.role(), m.address(),
+          m.job_id().empty() ? "-" : m.job_id(), m.last_heartbeat_age_s());
     }
     return 0;
   }
@@ -184,6 +195,7 @@ int main(int argc, char** argv) {
   if (command == "status") return need(1) ? ctl.Status(args[2]) : 2;
   if (command == "cancel") return need(1) ? ctl.Cancel(args[2]) : 2;
   if (command == "members") return need(0) ? ctl.Members() : 2;
-  std::cerr << "fulcrumctl: unknown command '" << command << "'\n" << fulcrum::kUsage << "\n";
+  std::cerr << "fulcrumctl: unknown command '" << command << "'\n"
+            << fulcrum::kUsage << "\n";
   return 2;
 }

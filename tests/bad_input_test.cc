@@ -2,13 +2,13 @@
 // code with a message naming the problem, and the parameters are unchanged
 // afterwards (asserted by pulling them before and after). A real shard
 // service and coordinator service on loopback ports.
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
-
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 #include "common/config/job_spec.h"
 #include "common/net/grpc_options.h"
@@ -25,15 +25,18 @@ namespace {
 class BadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    service_ = std::make_unique<ParameterServerService>(&shard_, ParameterServerService::Options{});
+    service_ = std::make_unique<ParameterServerService>(
+        &shard_, ParameterServerService::Options{});
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
     ConfigureServer(&builder);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_GT(port, 0);
-    stub_ = v1::ParameterServer::NewStub(MakeChannel("127.0.0.1:" + std::to_string(port)));
+    stub_ = v1::ParameterServer::NewStub(
+        MakeChannel("127.0.0.1:" + std::to_string(port)));
 
     v1::InitJobRequest init;
     init.set_job_id("job-1");
@@ -47,7 +50,9 @@ class BadInputTest : public ::testing::Test {
     ASSERT_TRUE(stub_->InitJob(&context, init, &response).ok());
     ASSERT_EQ(response.partitions_size(), 1);
   }
-  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
+  void TearDown() override {
+    server_->Shutdown(std::chrono::system_clock::now());
+  }
 
  public:
   static v1::JobSpec Spec() {
@@ -80,8 +85,8 @@ class BadInputTest : public ::testing::Test {
 
   // Opens a stream as `worker`, sends hello and then `push` (if given);
   // returns the stream's final status.
-  grpc::Status Send(const std::string& job, const std::string& worker, int64_t generation,
-                    const v1::Push* push) {
+  grpc::Status Send(const std::string& job, const std::string& worker,
+                    int64_t generation, const v1::Push* push) {
     grpc::ClientContext context;
     SetTimeout(&context, std::chrono::seconds(10));
     auto rw = stub_->Stream(&context);
@@ -107,15 +112,18 @@ class BadInputTest : public ::testing::Test {
     p.set_partition(0);
     p.set_samples(4);
     std::vector<float> g(36, 0.5f);  // 8*4 + 4 parameters
-    p.set_data(std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4));
+    p.set_data(
+        std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4));
     return p;
   }
 
-  void ExpectRejected(const v1::Push& push, grpc::StatusCode code, const std::string& text) {
+  void ExpectRejected(const v1::Push& push, grpc::StatusCode code,
+                      const std::string& text) {
     const std::vector<float> before = Pull();
     grpc::Status s = Send("job-1", "w-1", 1, &push);
     EXPECT_EQ(s.error_code(), code) << s.error_message();
-    EXPECT_NE(s.error_message().find(text), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find(text), std::string::npos)
+        << s.error_message();
     EXPECT_EQ(Pull(), before) << "a rejected push changed the parameters";
   }
 
@@ -126,11 +134,13 @@ class BadInputTest : public ::testing::Test {
 };
 
 TEST_F(BadInputTest, UnknownJobMemberOrGeneration) {
-  EXPECT_EQ(Send("job-9", "w-1", 1, nullptr).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Send("job-9", "w-1", 1, nullptr).error_code(),
+            grpc::StatusCode::NOT_FOUND);
   grpc::Status s = Send("job-1", "w-7", 1, nullptr);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(s.error_message().find("w-7"), std::string::npos);
-  EXPECT_EQ(Send("job-1", "w-1", 2, nullptr).error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(Send("job-1", "w-1", 2, nullptr).error_code(),
+            grpc::StatusCode::ABORTED);
 }
 
 TEST_F(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
@@ -140,7 +150,8 @@ TEST_F(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
 
   p = GoodPush();
   p.mutable_data()->resize(100);
-  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT, "push.data has 100 bytes, expected 144");
+  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT,
+                 "push.data has 100 bytes, expected 144");
 
   p = GoodPush();
   float nan = std::numeric_limits<float>::quiet_NaN();
@@ -154,11 +165,13 @@ TEST_F(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
 
   p = GoodPush();
   p.set_step(3);
-  ExpectRejected(p, grpc::StatusCode::FAILED_PRECONDITION, "push.step 3 is ahead");
+  ExpectRejected(p, grpc::StatusCode::FAILED_PRECONDITION,
+                 "push.step 3 is ahead");
 
   p = GoodPush();
   p.set_samples(-2);
-  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT, "push.samples must be >= 0");
+  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT,
+                 "push.samples must be >= 0");
 }
 
 TEST_F(BadInputTest, BadInitJobNamesTheField) {
@@ -189,10 +202,12 @@ TEST(CoordinatorBadInputTest, InvalidSpecOverGrpc) {
   CoordinatorService service(&core);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
-  auto stub = v1::Coordinator::NewStub(MakeChannel("127.0.0.1:" + std::to_string(port)));
+  auto stub = v1::Coordinator::NewStub(
+      MakeChannel("127.0.0.1:" + std::to_string(port)));
   v1::SubmitJobRequest request;
   *request.mutable_spec() = BadInputTest::Spec();
   request.mutable_spec()->set_batch_size(0);

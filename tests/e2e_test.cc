@@ -31,40 +31,49 @@ class Cluster {
     mkdir(dir_.c_str(), 0755);
     const std::string port_file = dir_ + "/coordinator.port";
     procs_.push_back(std::make_unique<Process>(
-        std::vector<std::string>{Runfile("server/coordinator/fulcrum-coordinator"),
-                                 "--listen=127.0.0.1:0", "--port_file=" + port_file,
-                                 "--heartbeat_ms=200", "--start_grace_ms=3000"},
+        std::vector<std::string>{
+            Runfile("server/coordinator/fulcrum-coordinator"),
+            "--listen=127.0.0.1:0", "--port_file=" + port_file,
+            "--heartbeat_ms=200", "--start_grace_ms=3000"},
         dir_ + "/coordinator.log"));
     if (!testing::WaitForFile(port_file, absl::Seconds(20))) return;
-    address_ = "127.0.0.1:" + std::to_string(std::atoi(testing::ReadFile(port_file).c_str()));
+    address_ = "127.0.0.1:" +
+               std::to_string(std::atoi(testing::ReadFile(port_file).c_str()));
     for (int i = 0; i < shards; ++i) {
       procs_.push_back(std::make_unique<Process>(
-          std::vector<std::string>{Runfile("server/ps/fulcrum-server"), "--listen=127.0.0.1:0",
+          std::vector<std::string>{Runfile("server/ps/fulcrum-server"),
+                                   "--listen=127.0.0.1:0",
                                    "--coordinator=" + address_},
           dir_ + "/shard.log"));
     }
     for (int i = 0; i < workers; ++i) {
       procs_.push_back(std::make_unique<Process>(
-          std::vector<std::string>{Runfile("worker/fulcrum-worker"), "--coordinator=" + address_,
-                                   "--max_jobs=1"},
+          std::vector<std::string>{Runfile("worker/fulcrum-worker"),
+                                   "--coordinator=" + address_, "--max_jobs=1"},
           dir_ + "/worker.log"));
     }
   }
   ~Cluster() {
-    for (auto it = procs_.rbegin(); it != procs_.rend(); ++it) (*it)->Stop(absl::Seconds(5));
+    for (auto it = procs_.rbegin(); it != procs_.rend(); ++it)
+      (*it)->Stop(absl::Seconds(5));
   }
   const std::string& address() const { return address_; }
-  std::string CtlLog() const { return testing::ReadFile(dir_ + "/fulcrumctl.log"); }
+  std::string CtlLog() const {
+    return testing::ReadFile(dir_ + "/fulcrumctl.log");
+  }
 
-  testing::RunResult Ctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(30)) {
-    args.insert(args.begin(), {Runfile("client/fulcrumctl"), "--coordinator=" + address_});
+  testing::RunResult Ctl(std::vector<std::string> args,
+                         absl::Duration timeout = absl::Seconds(30)) {
+    args.insert(args.begin(),
+                {Runfile("client/fulcrumctl"), "--coordinator=" + address_});
     return RunCommand(args, timeout, dir_ + "/fulcrumctl.log");
   }
 
   std::string Logs() const {
     std::string out;
     for (const char* f : {"coordinator", "shard", "worker", "fulcrumctl"}) {
-      out += "---- " + std::string(f) + ".log\n" + testing::ReadFile(dir_ + "/" + f + ".log");
+      out += "---- " + std::string(f) + ".log\n" +
+             testing::ReadFile(dir_ + "/" + f + ".log");
     }
     return out;
   }
@@ -86,13 +95,16 @@ double JsonNumber(const std::string& json, const std::string& key) {
   const size_t at = json.find("\"" + key + "\"");
   if (at == std::string::npos) return -1;
   size_t value = json.find(':', at) + 1;
-  while (value < json.size() && (json[value] == ' ' || json[value] == '"')) ++value;
+  while (value < json.size() && (json[value] == ' ' || json[value] == '"'))
+    ++value;
   return std::atof(json.c_str() + value);
 }
 
 TEST(EndToEndTest, TrainsFashionMnistSubsetToTargetAccuracy) {
   ASSERT_EQ(access(kDataset, R_OK), 0)
-      << kDataset << " is missing: run tools/setup.sh (Debian package dataset-fashion-mnist)";
+      << kDataset
+      << " is missing: run tools/setup.sh (Debian package "
+         "dataset-fashion-mnist)";
   Cluster cluster("train", 2, 2);
   ASSERT_FALSE(cluster.address().empty()) << cluster.Logs();
   const std::string job = WriteJob("job.yaml", R"(
@@ -112,13 +124,16 @@ eval_every_steps: 50
   std::string job_id = submit.out.substr(0, submit.out.find('\n'));
   ASSERT_EQ(job_id.rfind("job-", 0), 0u) << submit.out;
 
-  testing::RunResult watch = cluster.Ctl({"status", job_id, "--watch"}, absl::Minutes(4));
+  testing::RunResult watch =
+      cluster.Ctl({"status", job_id, "--watch"}, absl::Minutes(4));
   EXPECT_EQ(watch.exit_code, 0) << watch.out << cluster.Logs();
-  EXPECT_NE(watch.out.find("final test accuracy: "), std::string::npos) << watch.out;
+  EXPECT_NE(watch.out.find("final test accuracy: "), std::string::npos)
+      << watch.out;
 
   testing::RunResult json = cluster.Ctl({"status", job_id, "--json"});
   ASSERT_EQ(json.exit_code, 0);
-  EXPECT_NE(json.out.find("\"state\": \"SUCCEEDED\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"state\": \"SUCCEEDED\""), std::string::npos)
+      << json.out;
   // 3 epochs of 6000 samples in global batches of 64 = 3 * 94 steps.
   EXPECT_EQ(JsonNumber(json.out, "step"), 282) << json.out;
   EXPECT_GE(JsonNumber(json.out, "test_accuracy"), 0.75) << json.out;
@@ -136,15 +151,18 @@ optimizer: {type: momentum, lr: -1}
 )");
   testing::RunResult r = cluster.Ctl({"submit", bad});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(cluster.CtlLog().find("optimizer.lr must be > 0, got -1"), std::string::npos)
+  EXPECT_NE(cluster.CtlLog().find("optimizer.lr must be > 0, got -1"),
+            std::string::npos)
       << cluster.CtlLog();
   r = cluster.Ctl({"status", "job-404"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(cluster.CtlLog().find("NOT_FOUND: job_id 'job-404' not found"), std::string::npos)
+  EXPECT_NE(cluster.CtlLog().find("NOT_FOUND: job_id 'job-404' not found"),
+            std::string::npos)
       << cluster.CtlLog();
   r = cluster.Ctl({"list", "--json"});
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_EQ(r.out.find("job-"), std::string::npos) << "the bad job must not exist: " << r.out;
+  EXPECT_EQ(r.out.find("job-"), std::string::npos)
+      << "the bad job must not exist: " << r.out;
 }
 
 }  // namespace

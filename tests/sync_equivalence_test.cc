@@ -3,13 +3,13 @@
 // worker with batch W*b (to float tolerance), whatever the number of shards.
 // Real shards (gRPC services on loopback ports) and real trainers, in one
 // process.
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
 #include <cmath>
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 #include "common/config/job_spec.h"
 #include "common/net/grpc_options.h"
@@ -36,7 +36,8 @@ std::unique_ptr<ShardServer> StartShard() {
       &s->core, ParameterServerService::Options{absl::Seconds(60)});
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
   ConfigureServer(&builder);
   builder.RegisterService(s->service.get());
   s->server = builder.BuildAndStart();
@@ -47,7 +48,8 @@ std::unique_ptr<ShardServer> StartShard() {
 const std::string& DataDir() {
   static const std::string dir = [] {
     const char* tmp = std::getenv("TEST_TMPDIR");
-    std::string d = std::string(tmp != nullptr ? tmp : "/tmp") + "/equivalence_data";
+    std::string d =
+        std::string(tmp != nullptr ? tmp : "/tmp") + "/equivalence_data";
     EXPECT_TRUE(testing::WriteSyntheticIdx(d, 1000, 100, 12, 4, 9));
     return d;
   }();
@@ -109,7 +111,8 @@ std::vector<std::vector<float>> Train(int workers, int batch, int shards) {
 
 // max_i |a_i - b_i| / max(|b_i|, 1e-3): elementwise relative difference,
 // with a floor so parameters that are ~0 do not divide by ~0.
-double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+double MaxRelativeDifference(const std::vector<float>& a,
+                             const std::vector<float>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     worst = std::max(worst, std::abs(double{a[i]} - b[i]) /
@@ -118,7 +121,8 @@ double MaxRelativeDifference(const std::vector<float>& a, const std::vector<floa
   return worst;
 }
 
-class SyncEquivalenceTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+class SyncEquivalenceTest
+    : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(SyncEquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
   const auto [workers, shards] = GetParam();
@@ -143,7 +147,8 @@ TEST_P(SyncEquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorkersAndShards, SyncEquivalenceTest,
-                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values(1, 2, 3)));
+                         ::testing::Combine(::testing::Values(2, 4),
+                                            ::testing::Values(1, 2, 3)));
 
 }  // namespace
 }  // namespace fulcrum

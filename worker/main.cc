@@ -9,22 +9,26 @@
 #include "worker/worker_agent.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
-ABSL_FLAG(std::string, device, "auto", "cpu | auto (this build has the CPU backend only)");
+ABSL_FLAG(std::string, device, "auto",
+          "cpu | auto (this build has the CPU backend only)");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads for the CPU backend");
-ABSL_FLAG(int, max_jobs, 0, "exit after training this many jobs (0: serve until stopped)");
+ABSL_FLAG(int, max_jobs, 0,
+          "exit after training this many jobs (0: serve until stopped)");
 
 int main(int argc, char** argv) {
   fulcrum::BlockTerminationSignals();
   absl::ParseCommandLine(argc, argv);
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "cpu" && device != "auto") {
-    std::cerr << "fulcrum-worker: --device must be cpu or auto in this build, got '" << device
-              << "'\n";
+    std::cerr
+        << "fulcrum-worker: --device must be cpu or auto in this build, got '"
+        << device << "'\n";
     return 2;
   }
   fulcrum::CpuBackend backend(absl::GetFlag(FLAGS_threads));
-  fulcrum::WorkerAgent agent({absl::GetFlag(FLAGS_coordinator), "cpu", absl::GetFlag(FLAGS_max_jobs)},
-                             &backend);
+  fulcrum::WorkerAgent agent(
+      {absl::GetFlag(FLAGS_coordinator), "cpu", absl::GetFlag(FLAGS_max_jobs)},
+      &backend);
   std::thread signals([&agent] {
     fulcrum::WaitForTerminationSignal();
     agent.Shutdown();

@@ -12,7 +12,9 @@ struct PsClient::Stream {
   int shard = 0;
   std::unique_ptr<v1::ParameterServer::Stub> stub;
   grpc::ClientContext context;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>> rw;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>>
+      rw;
   std::thread sender, receiver;
   struct Item {
     int32_t id;
@@ -27,7 +29,8 @@ struct PsClient::Stream {
   bool writes_done = false;  // sender thread only
 };
 
-PsClient::PsClient(Options options, const ParameterLayout* layout, float* params)
+PsClient::PsClient(Options options, const ParameterLayout* layout,
+                   float* params)
     : options_(std::move(options)),
       layout_(layout),
       params_(params),
@@ -51,17 +54,20 @@ absl::StatusOr<int64_t> PsClient::Connect() {
     const std::vector<int32_t> ids = layout_->PartitionsOfShard(shard);
     if (ids.empty()) continue;  // more shards than partitions
     if (shard >= static_cast<int>(options_.shard_addresses.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("no address for shard ", shard));
+      return absl::InvalidArgumentError(
+          absl::StrCat("no address for shard ", shard));
     }
     auto s = std::make_unique<Stream>();
     s->shard = shard;
-    s->stub = v1::ParameterServer::NewStub(MakeChannel(options_.shard_addresses[shard]));
+    s->stub = v1::ParameterServer::NewStub(
+        MakeChannel(options_.shard_addresses[shard]));
     s->context.set_wait_for_ready(true);
     {
       absl::MutexLock lock(&s->mu);
       s->queue.reserve(ids.size() * 2);
     }
-    for (int32_t id : ids) stream_of_partition_[id] = static_cast<int>(streams_.size());
+    for (int32_t id : ids)
+      stream_of_partition_[id] = static_cast<int>(streams_.size());
     streams_.push_back(std::move(s));
   }
   for (auto& s : streams_) {
@@ -95,12 +101,14 @@ absl::StatusOr<int64_t> PsClient::Connect() {
       return lo;
     }
     if (changed_.WaitWithDeadline(&mu_, deadline)) {
-      return absl::DeadlineExceededError("timed out waiting for initial parameters");
+      return absl::DeadlineExceededError(
+          "timed out waiting for initial parameters");
     }
   }
 }
 
-void PsClient::Push(int32_t id, int64_t step, int64_t samples, const float* grads, bool stop) {
+void PsClient::Push(int32_t id, int64_t step, int64_t samples,
+                    const float* grads, bool stop) {
   Stream* s = streams_[stream_of_partition_[id]].get();
   absl::MutexLock lock(&s->mu);
   s->queue.push_back({id, step, samples, grads, stop});
@@ -135,7 +143,8 @@ void PsClient::SendLoop(Stream* s) {
         const int64_t n = std::min(chunk_elems_, size - offset);
         push->set_offset(offset);
         push->mutable_data()->assign(
-            reinterpret_cast<const char*>(item.grads + p.offset + offset), n * sizeof(float));
+            reinterpret_cast<const char*>(item.grads + p.offset + offset),
+            n * sizeof(float));
         if (!s->rw->Write(request)) return;  // the receiver reports the status
         offset += n;
       } while (offset < size);
@@ -150,23 +159,27 @@ void PsClient::ReceiveLoop(Stream* s) {
   v1::StreamResponse response;
   while (s->rw->Read(&response)) {
     const v1::Params& p = response.params();
-    if (p.partition() < 0 || p.partition() >= static_cast<int32_t>(version_.size()) ||
+    if (p.partition() < 0 ||
+        p.partition() >= static_cast<int32_t>(version_.size()) ||
         stream_of_partition_[p.partition()] < 0 ||
         streams_[stream_of_partition_[p.partition()]].get() != s) {
-      Fail(absl::InternalError(absl::StrCat("shard ", s->shard, " sent unknown partition ",
-                                            p.partition())));
+      Fail(absl::InternalError(absl::StrCat(
+          "shard ", s->shard, " sent unknown partition ", p.partition())));
       s->context.TryCancel();
       break;
     }
     const Partition& part = layout_->partitions()[p.partition()];
     const int64_t n = p.data().size() / sizeof(float);
-    if (p.offset() < 0 || p.offset() + n > part.size || p.data().size() % sizeof(float) != 0) {
-      Fail(absl::InternalError(absl::StrCat("shard ", s->shard, " sent a bad chunk of partition ",
+    if (p.offset() < 0 || p.offset() + n > part.size ||
+        p.data().size() % sizeof(float) != 0) {
+      Fail(absl::InternalError(absl::StrCat("shard ", s->shard,
+                                            " sent a bad chunk of partition ",
                                             p.partition())));
       s->context.TryCancel();
       break;
     }
-    std::memcpy(params_ + part.offset + p.offset(), p.data().data(), p.data().size());
+    std::memcpy(params_ + part.offset + p.offset(), p.data().data(),
+                p.data().size());
     absl::MutexLock lock(&mu_);
     received_[p.partition()] += n;
     if (received_[p.partition()] >= part.size) {
@@ -179,7 +192,8 @@ void PsClient::ReceiveLoop(Stream* s) {
   grpc::Status status = s->rw->Finish();
   if (!status.ok()) {
     Fail(absl::Status(FromGrpcStatus(status).code(),
-                      absl::StrCat("shard ", s->shard, " (", options_.shard_addresses[s->shard],
+                      absl::StrCat("shard ", s->shard, " (",
+                                   options_.shard_addresses[s->shard],
                                    "): ", status.error_message())));
   }
 }
@@ -190,7 +204,8 @@ void PsClient::Fail(const absl::Status& status) {
   changed_.SignalAll();
 }
 
-absl::Status PsClient::WaitForVersion(int64_t version, absl::Time deadline, bool* stop) {
+absl::Status PsClient::WaitForVersion(int64_t version, absl::Time deadline,
+                                      bool* stop) {
   absl::MutexLock lock(&mu_);
   for (;;) {
     if (!error_.ok()) return error_;

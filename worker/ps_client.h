@@ -47,7 +47,8 @@ class PsClient {
   // Queues the push of partition `id`'s gradient (read from `grads`, which
   // must stay unchanged until the next WaitForVersion returns) for `step`.
   // samples = 0 sends an empty push (this worker had no data this step).
-  void Push(int32_t id, int64_t step, int64_t samples, const float* grads, bool stop);
+  void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
+            bool stop);
 
   // Waits until every partition is at `version` or newer. *stop is set when
   // a worker asked to stop at this version.
@@ -74,8 +75,9 @@ class PsClient {
 
   absl::Mutex mu_;
   absl::CondVar changed_;
-  std::vector<int64_t> version_ ABSL_GUARDED_BY(mu_);      // per partition
-  std::vector<int64_t> received_ ABSL_GUARDED_BY(mu_);     // elements of the next version
+  std::vector<int64_t> version_ ABSL_GUARDED_BY(mu_);  // per partition
+  std::vector<int64_t> received_
+      ABSL_GUARDED_BY(mu_);  // elements of the next version
   std::vector<uint8_t> stop_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

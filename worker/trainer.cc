@@ -35,43 +35,54 @@ struct Evaluation {
 };
 
 Evaluation Evaluate(Backend* backend, Mlp& mlp, const float* params,
-                    const LabeledImages& test, const BatchGatherer& gather, int batch,
-                    std::vector<float>& x_host, std::vector<int32_t>& y, float* x_dev) {
+                    const LabeledImages& test, const BatchGatherer& gather,
+                    int batch, std::vector<float>& x_host,
+                    std::vector<int32_t>& y, float* x_dev) {
   int64_t correct = 0;
   double loss = 0;
   const int64_t n = test.images.count;
-  const int64_t pixels = static_cast<int64_t>(test.images.rows) * test.images.cols;
+  const int64_t pixels =
+      static_cast<int64_t>(test.images.rows) * test.images.cols;
   for (int64_t first = 0; first < n; first += batch) {
     const int64_t count = std::min<int64_t>(batch, n - first);
-    gather.GatherRange(test.images, test.labels, first, count, x_host.data(), y.data());
+    gather.GatherRange(test.images, test.labels, first, count, x_host.data(),
+                       y.data());
     backend->CopyToDevice(x_host.data(), x_dev, count * pixels);
-    correct += mlp.Evaluate(params, x_dev, y.data(), static_cast<int>(count), &loss);
+    correct +=
+        mlp.Evaluate(params, x_dev, y.data(), static_cast<int>(count), &loss);
   }
-  return {n > 0 ? static_cast<double>(correct) / n : 0.0, n > 0 ? loss / n : 0.0};
+  return {n > 0 ? static_cast<double>(correct) / n : 0.0,
+          n > 0 ? loss / n : 0.0};
 }
 
 }  // namespace
 
-absl::StatusOr<const LabeledImages*> Trainer::Load(const v1::DatasetSpec& d, bool train,
-                                                   int classes) {
+absl::StatusOr<const LabeledImages*> Trainer::Load(const v1::DatasetSpec& d,
+                                                   bool train, int classes) {
   const std::string prefix = train ? "train" : "t10k";
   const int64_t limit = train ? d.train_limit() : d.test_limit();
-  const std::string key = absl::StrCat(d.dir(), "|", prefix, "|", limit, "|", classes);
+  const std::string key =
+      absl::StrCat(d.dir(), "|", prefix, "|", limit, "|", classes);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second.get();
-  ASSIGN_OR_RETURN(LabeledImages data, LoadIdxSplit(d.dir(), prefix, limit, classes));
+  ASSIGN_OR_RETURN(LabeledImages data,
+                   LoadIdxSplit(d.dir(), prefix, limit, classes));
   auto owned = std::make_unique<LabeledImages>(std::move(data));
   const LabeledImages* raw = owned.get();
   cache_[key] = std::move(owned);
   return raw;
 }
 
-absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a, ProgressSink* sink) {
+absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
+                                         ProgressSink* sink) {
   const v1::JobSpec& spec = a.spec;
-  const std::vector<int> sizes(spec.model().layers().begin(), spec.model().layers().end());
-  ASSIGN_OR_RETURN(ParameterLayout layout,
-                   ParameterLayout::ForMlp(sizes, spec.shards(), spec.partition_bytes()));
-  ASSIGN_OR_RETURN(const LabeledImages* train, Load(spec.dataset(), true, sizes.back()));
+  const std::vector<int> sizes(spec.model().layers().begin(),
+                               spec.model().layers().end());
+  ASSIGN_OR_RETURN(
+      ParameterLayout layout,
+      ParameterLayout::ForMlp(sizes, spec.shards(), spec.partition_bytes()));
+  ASSIGN_OR_RETURN(const LabeledImages* train,
+                   Load(spec.dataset(), true, sizes.back()));
   if (train->images.rows * train->images.cols != sizes.front()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.layers[0] is ", sizes.front(), " but the images have ",
@@ -93,10 +104,12 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a, ProgressSink* sink
   const int eval_batch = std::max(batch, options_.eval_batch);
   std::vector<float> x_host(static_cast<int64_t>(eval_batch) * pixels);
   std::vector<int32_t> y(eval_batch);
-  DeviceBuffer x_dev(backend_, x_host.data(), static_cast<int64_t>(eval_batch) * pixels);
+  DeviceBuffer x_dev(backend_, x_host.data(),
+                     static_cast<int64_t>(eval_batch) * pixels);
   Mlp mlp(backend_, layout, batch);
   std::unique_ptr<Mlp> eval_mlp =
-      a.rank == 0 ? std::make_unique<Mlp>(backend_, layout, eval_batch) : nullptr;
+      a.rank == 0 ? std::make_unique<Mlp>(backend_, layout, eval_batch)
+                  : nullptr;
   std::vector<int64_t> order;
   order.reserve(train->images.count);
 
@@ -126,8 +139,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a, ProgressSink* sink
   auto window_start = std::chrono::steady_clock::now();
   int64_t window_samples = 0;
   auto evaluate = [&](int64_t at_step) {
-    Evaluation e = Evaluate(backend_, *eval_mlp, params_dev.get(), *test, gather, eval_batch,
-                            x_host, y, x_dev.get());
+    Evaluation e = Evaluate(backend_, *eval_mlp, params_dev.get(), *test,
+                            gather, eval_batch, x_host, y, x_dev.get());
     progress.set_test_accuracy(e.accuracy);
     progress.set_evaluated_step(at_step);
     return e;
@@ -139,25 +152,29 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a, ProgressSink* sink
       EpochOrder(spec.seed(), epoch, n, &order);
       epoch_loaded = epoch;
     }
-    const Share share = WorkerShare(n, step % per_epoch, a.rank, a.world_size, batch);
+    const Share share =
+        WorkerShare(n, step % per_epoch, a.rank, a.world_size, batch);
     const bool stop = stop_next || (sink != nullptr && sink->Cancelled());
     if (share.count > 0) {
-      gather.Gather(train->images, train->labels, order.data() + share.begin, share.count,
-                    x_host.data(), y.data());
+      gather.Gather(train->images, train->labels, order.data() + share.begin,
+                    share.count, x_host.data(), y.data());
       backend_->CopyToDevice(x_host.data(), x_dev.get(), share.count * pixels);
       int next = static_cast<int>(parts.size()) - 1;  // next partition to push
       const double loss = mlp.ForwardBackward(
-          params_dev.get(), x_dev.get(), y.data(), static_cast<int>(share.count),
-          grads_dev.get(), [&](int64_t ready_from) {
+          params_dev.get(), x_dev.get(), y.data(),
+          static_cast<int>(share.count), grads_dev.get(),
+          [&](int64_t ready_from) {
             const int64_t first = next;
             while (next >= 0 && parts[next].offset >= ready_from) --next;
             if (next == first) return;
             const Partition& lo = parts[next + 1];
             const Partition& hi = parts[first];
-            backend_->CopyToHost(grads_dev.get() + lo.offset, grads.data() + lo.offset,
+            backend_->CopyToHost(grads_dev.get() + lo.offset,
+                                 grads.data() + lo.offset,
                                  hi.offset + hi.size - lo.offset);
             for (int64_t id = first; id > next; --id) {
-              client.Push(static_cast<int32_t>(id), step, share.count, grads.data(), stop);
+              client.Push(static_cast<int32_t>(id), step, share.count,
+                          grads.data(), stop);
             }
           });
       loss_avg = step == version ? loss : 0.95 * loss_avg + 0.05 * loss;
@@ -167,8 +184,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a, ProgressSink* sink
       }
     }
     bool stop_seen = false;
-    absl::Status s = client.WaitForVersion(step + 1, absl::Now() + options_.step_timeout,
-                                           &stop_seen);
+    absl::Status s = client.WaitForVersion(
+        step + 1, absl::Now() + options_.step_timeout, &stop_seen);
     if (!s.ok()) return s;
     backend_->CopyToDevice(params.data(), params_dev.get(), total);
     stopped = stop_seen;
@@ -179,7 +196,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a, ProgressSink* sink
     progress.set_loss(loss_avg);
     progress.set_samples_total(progress.samples_total() + share.count);
     const auto now = std::chrono::steady_clock::now();
-    const double secs = std::chrono::duration<double>(now - window_start).count();
+    const double secs =
+        std::chrono::duration<double>(now - window_start).count();
     if (secs >= 0.5) {
       progress.set_samples_per_sec(window_samples / secs);
       window_start = now;
@@ -187,13 +205,15 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a, ProgressSink* sink
     }
     if (a.rank == 0 && !stopped && (step + 1) % spec.eval_every_steps() == 0) {
       const Evaluation e = evaluate(step + 1);
-      stop_next = spec.target_accuracy() > 0 && e.accuracy >= spec.target_accuracy();
+      stop_next =
+          spec.target_accuracy() > 0 && e.accuracy >= spec.target_accuracy();
     }
     if (sink != nullptr) sink->Update(progress);
   }
   absl::Status closed = client.Close();
   if (!closed.ok()) return closed;
-  if (a.rank == 0 && progress.evaluated_step() != progress.step()) evaluate(progress.step());
+  if (a.rank == 0 && progress.evaluated_step() != progress.step())
+    evaluate(progress.step());
   result.stopped_early = stopped;
   result.params = std::move(params);
   if (sink != nullptr) sink->Update(progress);

@@ -41,7 +41,7 @@ class ProgressSink {
 };
 
 struct TrainResult {
-  v1::Progress progress;      // final step, loss, test accuracy (rank 0)
+  v1::Progress progress;       // final step, loss, test accuracy (rank 0)
   bool stopped_early = false;  // target reached or cancelled
   std::vector<float> params;   // final parameters (flat, layout order)
 };
@@ -55,18 +55,21 @@ class Trainer {
   };
 
   // `backend` is not owned and must outlive the trainer.
-  Trainer(Backend* backend, Options options) : backend_(backend), options_(std::move(options)) {}
+  Trainer(Backend* backend, Options options)
+      : backend_(backend), options_(std::move(options)) {}
 
   // Trains until the last step, a stop, or an error. `sink` may be null.
-  absl::StatusOr<TrainResult> Run(const Assignment& assignment, ProgressSink* sink);
+  absl::StatusOr<TrainResult> Run(const Assignment& assignment,
+                                  ProgressSink* sink);
 
  private:
-  absl::StatusOr<const LabeledImages*> Load(const v1::DatasetSpec& d, bool train,
-                                            int classes);
+  absl::StatusOr<const LabeledImages*> Load(const v1::DatasetSpec& d,
+                                            bool train, int classes);
 
   Backend* const backend_;  // Not owned.
   const Options options_;
-  std::map<std::string, std::unique_ptr<LabeledImages>> cache_;  // by dir/split/limit
+  std::map<std::string, std::unique_ptr<LabeledImages>>
+      cache_;  // by dir/split/limit
 };
 
 }  // namespace fulcrum

@@ -41,14 +41,16 @@ bool WorkerAgent::Register() {
       absl::MutexLock lock(&mu_);
       worker_id_ = response.worker_id();
       interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
-      std::cerr << "fulcrum-worker: registered as " << worker_id_ << " (" << backend_->Name()
-                << ")\n";
+      std::cerr << "fulcrum-worker: registered as " << worker_id_ << " ("
+                << backend_->Name() << ")\n";
       return true;
     }
-    std::cerr << "fulcrum-worker: register failed (" << s.error_message() << "), retrying\n";
+    std::cerr << "fulcrum-worker: register failed (" << s.error_message()
+              << "), retrying\n";
     const auto wait = Backoff(attempt, std::chrono::milliseconds(100),
                               std::chrono::milliseconds(2000), rng());
-    if (shutdown_.WaitForNotificationWithTimeout(absl::FromChrono(wait))) return false;
+    if (shutdown_.WaitForNotificationWithTimeout(absl::FromChrono(wait)))
+      return false;
   }
   return false;
 }
@@ -65,7 +67,8 @@ void WorkerAgent::HeartbeatLoop() {
       interval = interval_ms_;
     }
     grpc::ClientContext context;
-    SetTimeout(&context, std::chrono::milliseconds(std::max<int64_t>(1000, interval)));
+    SetTimeout(&context,
+               std::chrono::milliseconds(std::max<int64_t>(1000, interval)));
     v1::WorkerHeartbeatResponse response;
     grpc::Status s = stub_->WorkerHeartbeat(&context, request, &response);
     if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -90,7 +93,8 @@ void WorkerAgent::HeartbeatLoop() {
         changed_.SignalAll();
       }
     }
-    if (shutdown_.WaitForNotificationWithTimeout(absl::Milliseconds(interval))) return;
+    if (shutdown_.WaitForNotificationWithTimeout(absl::Milliseconds(interval)))
+      return;
   }
 }
 
@@ -104,7 +108,8 @@ bool WorkerAgent::Cancelled() {
   return job_cancelled_ || shutdown_.HasBeenNotified();
 }
 
-void WorkerAgent::Report(const v1::Progress& progress, const std::string& error) {
+void WorkerAgent::Report(const v1::Progress& progress,
+                         const std::string& error) {
   v1::ReportProgressRequest request;
   {
     absl::MutexLock lock(&mu_);
@@ -124,8 +129,9 @@ void WorkerAgent::Report(const v1::Progress& progress, const std::string& error)
         s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
       return;
     }
-    absl::SleepFor(absl::FromChrono(Backoff(attempt, std::chrono::milliseconds(100),
-                                            std::chrono::milliseconds(2000), rng())));
+    absl::SleepFor(
+        absl::FromChrono(Backoff(attempt, std::chrono::milliseconds(100),
+                                 std::chrono::milliseconds(2000), rng())));
   }
 }
 
@@ -133,9 +139,9 @@ int WorkerAgent::Run() {
   if (!Register()) return 0;
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   Trainer trainer(backend_, {[this] {
-                               absl::MutexLock lock(&mu_);
-                               return worker_id_;
-                             }()});
+                    absl::MutexLock lock(&mu_);
+                    return worker_id_;
+                  }()});
   int jobs = 0;
   while (!shutdown_.HasBeenNotified()) {
     v1::WorkerAssignment a;
@@ -151,17 +157,23 @@ int WorkerAgent::Run() {
       job_cancelled_ = false;
       progress_.Clear();
     }
-    std::cerr << "fulcrum-worker: training " << a.job_id() << " as rank " << a.rank() << " of "
-              << a.world_size() << "\n";
-    Assignment assignment{a.job_id(), a.spec(), a.rank(), a.world_size(), a.generation(),
-                          {a.shard_addresses().begin(), a.shard_addresses().end()}};
+    std::cerr << "fulcrum-worker: training " << a.job_id() << " as rank "
+              << a.rank() << " of " << a.world_size() << "\n";
+    Assignment assignment{
+        a.job_id(),
+        a.spec(),
+        a.rank(),
+        a.world_size(),
+        a.generation(),
+        {a.shard_addresses().begin(), a.shard_addresses().end()}};
     absl::StatusOr<TrainResult> result = trainer.Run(assignment, this);
     if (result.ok()) {
       std::cerr << "fulcrum-worker: " << a.job_id() << " done at step "
                 << result->progress.step() << "\n";
       Report(result->progress, "");
     } else {
-      std::cerr << "fulcrum-worker: " << a.job_id() << " failed: " << result.status() << "\n";
+      std::cerr << "fulcrum-worker: " << a.job_id()
+                << " failed: " << result.status() << "\n";
       v1::Progress last;
       {
         absl::MutexLock lock(&mu_);

@@ -36,7 +36,8 @@ absl::Status Read(const YAML::Node& node, const std::string& field,
   return absl::OkStatus();
 }
 
-using Handler = std::function<absl::Status(const YAML::Node&, const std::string&)>;
+using Handler =
+    std::function<absl::Status(const YAML::Node&, const std::string&)>;
 
 // Dispatches each key of a mapping to its handler; unknown keys are errors.
 absl::Status ReadMap(const YAML::Node& node, const std::string& prefix,
@@ -73,7 +74,8 @@ Handler Scalar(const char* type_name, Setter set) {
 }
 
 Handler Str(std::string* out) {
-  return Scalar<std::string>("a string", [out](const std::string& v) { *out = v; });
+  return Scalar<std::string>("a string",
+                             [out](const std::string& v) { *out = v; });
 }
 
 absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
@@ -90,8 +92,8 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
          if (!n.IsSequence()) return Bad(f, "must be a list of integers");
          for (size_t i = 0; i < n.size(); ++i) {
            int v = 0;
-           absl::Status s = Read<int>(n[i], absl::StrCat(f, "[", i, "]"),
-                                      "an integer", &v);
+           absl::Status s =
+               Read<int>(n[i], absl::StrCat(f, "[", i, "]"), "an integer", &v);
            if (!s.ok()) return s;
            m->add_layers(v);
          }
@@ -101,25 +103,33 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
   const std::map<std::string, Handler> dataset = {
       {"format", Str(d->mutable_format())},
       {"dir", Str(d->mutable_dir())},
-      {"train_limit", Scalar<int64_t>("an integer", [d](int64_t v) { d->set_train_limit(v); })},
-      {"test_limit", Scalar<int64_t>("an integer", [d](int64_t v) { d->set_test_limit(v); })},
+      {"train_limit",
+       Scalar<int64_t>("an integer",
+                       [d](int64_t v) { d->set_train_limit(v); })},
+      {"test_limit",
+       Scalar<int64_t>("an integer", [d](int64_t v) { d->set_test_limit(v); })},
   };
   const std::map<std::string, Handler> optimizer = {
       {"type", Str(o->mutable_type())},
       {"lr", Scalar<double>("a number", [o](double v) { o->set_lr(v); })},
-      {"momentum", Scalar<double>("a number", [o](double v) { o->set_momentum(v); })},
-      {"weight_decay", Scalar<double>("a number", [o](double v) { o->set_weight_decay(v); })},
+      {"momentum",
+       Scalar<double>("a number", [o](double v) { o->set_momentum(v); })},
+      {"weight_decay",
+       Scalar<double>("a number", [o](double v) { o->set_weight_decay(v); })},
   };
   const std::map<std::string, Handler> consistency = {
       {"mode", Str(c->mutable_mode())},
-      {"staleness", Scalar<int>("an integer", [c](int v) { c->set_staleness(v); })},
+      {"staleness",
+       Scalar<int>("an integer", [c](int v) { c->set_staleness(v); })},
   };
   const std::map<std::string, Handler> workers = {
       {"min", Scalar<int>("an integer", [w](int v) { w->set_min(v); })},
       {"max", Scalar<int>("an integer", [w](int v) { w->set_max(v); })},
   };
   auto nested = [](const std::map<std::string, Handler>& h) -> Handler {
-    return [&h](const YAML::Node& n, const std::string& f) { return ReadMap(n, f, h); };
+    return [&h](const YAML::Node& n, const std::string& f) {
+      return ReadMap(n, f, h);
+    };
   };
   const std::map<std::string, Handler> top = {
       {"name", Str(spec->mutable_name())},
@@ -128,21 +138,36 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"optimizer", nested(optimizer)},
       {"consistency", nested(consistency)},
       {"workers", nested(workers)},
-      {"batch_size", Scalar<int>("an integer", [spec](int v) { spec->set_batch_size(v); })},
-      {"epochs", Scalar<int>("an integer", [spec](int v) { spec->set_epochs(v); })},
-      {"shards", Scalar<int>("an integer", [spec](int v) { spec->set_shards(v); })},
-      {"seed", Scalar<uint64_t>("a non-negative integer", [spec](uint64_t v) { spec->set_seed(v); })},
-      {"target_accuracy", Scalar<double>("a number", [spec](double v) { spec->set_target_accuracy(v); })},
-      {"partition_bytes", Scalar<int64_t>("an integer", [spec](int64_t v) { spec->set_partition_bytes(v); })},
-      {"chunk_bytes", Scalar<int64_t>("an integer", [spec](int64_t v) { spec->set_chunk_bytes(v); })},
-      {"eval_every_steps", Scalar<int>("an integer", [spec](int v) { spec->set_eval_every_steps(v); })},
-      {"max_steps", Scalar<int64_t>("an integer", [spec](int64_t v) { spec->set_max_steps(v); })},
+      {"batch_size",
+       Scalar<int>("an integer", [spec](int v) { spec->set_batch_size(v); })},
+      {"epochs",
+       Scalar<int>("an integer", [spec](int v) { spec->set_epochs(v); })},
+      {"shards",
+       Scalar<int>("an integer", [spec](int v) { spec->set_shards(v); })},
+      {"seed", Scalar<uint64_t>("a non-negative integer",
+                                [spec](uint64_t v) { spec->set_seed(v); })},
+      {"target_accuracy",
+       Scalar<double>("a number",
+                      [spec](double v) { spec->set_target_accuracy(v); })},
+      {"partition_bytes",
+       Scalar<int64_t>("an integer",
+                       [spec](int64_t v) { spec->set_partition_bytes(v); })},
+      {"chunk_bytes",
+       Scalar<int64_t>("an integer",
+                       [spec](int64_t v) { spec->set_chunk_bytes(v); })},
+      {"eval_every_steps",
+       Scalar<int>("an integer",
+                   [spec](int v) { spec->set_eval_every_steps(v); })},
+      {"max_steps",
+       Scalar<int64_t>("an integer",
+                       [spec](int64_t v) { spec->set_max_steps(v); })},
       {"encoding",
        [spec](const YAML::Node& n, const std::string& f) -> absl::Status {
          std::string v;
          absl::Status s = Read<std::string>(n, f, "a string", &v);
          if (!s.ok()) return s;
-         if (v != "fp32") return Bad(f, absl::StrCat("must be one of [fp32], got '", v, "'"));
+         if (v != "fp32")
+           return Bad(f, absl::StrCat("must be one of [fp32], got '", v, "'"));
          spec->set_encoding(v1::ENCODING_FP32);
          return absl::OkStatus();
        }},
@@ -168,10 +193,14 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
 }
 
 void ApplyDefaults(JobSpec* spec) {
-  if (spec->model().activation().empty()) spec->mutable_model()->set_activation("relu");
-  if (spec->dataset().format().empty()) spec->mutable_dataset()->set_format("idx");
-  if (spec->optimizer().type().empty()) spec->mutable_optimizer()->set_type("momentum");
-  if (spec->consistency().mode().empty()) spec->mutable_consistency()->set_mode("sync");
+  if (spec->model().activation().empty())
+    spec->mutable_model()->set_activation("relu");
+  if (spec->dataset().format().empty())
+    spec->mutable_dataset()->set_format("idx");
+  if (spec->optimizer().type().empty())
+    spec->mutable_optimizer()->set_type("momentum");
+  if (spec->consistency().mode().empty())
+    spec->mutable_consistency()->set_mode("sync");
   if (!spec->has_batch_size()) spec->set_batch_size(64);
   if (!spec->has_epochs()) spec->set_epochs(1);
   if (!spec->workers().has_min()) spec->mutable_workers()->set_min(1);
@@ -179,74 +208,121 @@ void ApplyDefaults(JobSpec* spec) {
     spec->mutable_workers()->set_max(spec->workers().min());
   }
   if (!spec->has_shards()) spec->set_shards(1);
-  if (!spec->has_partition_bytes()) spec->set_partition_bytes(kDefaultPartitionBytes);
+  if (!spec->has_partition_bytes())
+    spec->set_partition_bytes(kDefaultPartitionBytes);
   if (!spec->has_chunk_bytes()) spec->set_chunk_bytes(kDefaultChunkBytes);
-  if (!spec->has_eval_every_steps()) spec->set_eval_every_steps(kDefaultEvalEverySteps);
-  if (spec->encoding() == v1::ENCODING_UNSPECIFIED) spec->set_encoding(v1::ENCODING_FP32);
+  if (!spec->has_eval_every_steps())
+    spec->set_eval_every_steps(kDefaultEvalEverySteps);
+  if (spec->encoding() == v1::ENCODING_UNSPECIFIED)
+    spec->set_encoding(v1::ENCODING_FP32);
 }
 
 absl::Status ValidateJobSpec(const JobSpec& spec) {
   auto got = [](auto v) { return absl::StrCat(", got ", v); };
   if (spec.name().empty()) return Bad("name", "must not be empty");
-  if (spec.name().size() > 128) return Bad("name", "must be at most 128 characters");
+  if (spec.name().size() > 128)
+    return Bad("name", "must be at most 128 characters");
   const auto& m = spec.model();
-  if (m.type() != "mlp") return Bad("model.type", absl::StrCat("must be one of [mlp], got '", m.type(), "'"));
+  if (m.type() != "mlp")
+    return Bad("model.type",
+               absl::StrCat("must be one of [mlp], got '", m.type(), "'"));
   if (m.activation() != "relu") {
-    return Bad("model.activation", absl::StrCat("must be one of [relu], got '", m.activation(), "'"));
+    return Bad("model.activation", absl::StrCat("must be one of [relu], got '",
+                                                m.activation(), "'"));
   }
-  if (m.layers_size() < 2) return Bad("model.layers", absl::StrCat("needs at least 2 sizes", got(m.layers_size())));
+  if (m.layers_size() < 2)
+    return Bad("model.layers",
+               absl::StrCat("needs at least 2 sizes", got(m.layers_size())));
   for (int i = 0; i < m.layers_size(); ++i) {
     if (m.layers(i) <= 0 || m.layers(i) > (1 << 16)) {
-      return Bad(absl::StrCat("model.layers[", i, "]"), absl::StrCat("must be in [1, 65536]", got(m.layers(i))));
+      return Bad(absl::StrCat("model.layers[", i, "]"),
+                 absl::StrCat("must be in [1, 65536]", got(m.layers(i))));
     }
   }
   const auto& d = spec.dataset();
-  if (d.format() != "idx") return Bad("dataset.format", absl::StrCat("must be one of [idx], got '", d.format(), "'"));
+  if (d.format() != "idx")
+    return Bad("dataset.format",
+               absl::StrCat("must be one of [idx], got '", d.format(), "'"));
   if (d.dir().empty()) return Bad("dataset.dir", "must not be empty");
-  if (d.train_limit() < 0) return Bad("dataset.train_limit", absl::StrCat("must be >= 0", got(d.train_limit())));
-  if (d.test_limit() < 0) return Bad("dataset.test_limit", absl::StrCat("must be >= 0", got(d.test_limit())));
+  if (d.train_limit() < 0)
+    return Bad("dataset.train_limit",
+               absl::StrCat("must be >= 0", got(d.train_limit())));
+  if (d.test_limit() < 0)
+    return Bad("dataset.test_limit",
+               absl::StrCat("must be >= 0", got(d.test_limit())));
   const auto& o = spec.optimizer();
   if (o.type() != "sgd" && o.type() != "momentum") {
-    return Bad("optimizer.type", absl::StrCat("must be one of [sgd, momentum], got '", o.type(), "'"));
+    return Bad(
+        "optimizer.type",
+        absl::StrCat("must be one of [sgd, momentum], got '", o.type(), "'"));
   }
-  if (!(o.lr() > 0) || !std::isfinite(o.lr())) return Bad("optimizer.lr", absl::StrCat("must be > 0", got(o.lr())));
+  if (!(o.lr() > 0) || !std::isfinite(o.lr()))
+    return Bad("optimizer.lr", absl::StrCat("must be > 0", got(o.lr())));
   if (!(o.momentum() >= 0 && o.momentum() < 1)) {
-    return Bad("optimizer.momentum", absl::StrCat("must be in [0, 1)", got(o.momentum())));
+    return Bad("optimizer.momentum",
+               absl::StrCat("must be in [0, 1)", got(o.momentum())));
   }
   if (o.type() == "sgd" && o.momentum() != 0) {
-    return Bad("optimizer.momentum", "must be 0 for optimizer.type sgd (use type momentum)");
+    return Bad("optimizer.momentum",
+               "must be 0 for optimizer.type sgd (use type momentum)");
   }
   if (!(o.weight_decay() >= 0) || !std::isfinite(o.weight_decay())) {
-    return Bad("optimizer.weight_decay", absl::StrCat("must be >= 0", got(o.weight_decay())));
+    return Bad("optimizer.weight_decay",
+               absl::StrCat("must be >= 0", got(o.weight_decay())));
   }
   if (spec.consistency().mode() != "sync") {
-    return Bad("consistency.mode", absl::StrCat("must be one of [sync], got '", spec.consistency().mode(), "'"));
+    return Bad("consistency.mode",
+               absl::StrCat("must be one of [sync], got '",
+                            spec.consistency().mode(), "'"));
   }
   if (spec.consistency().staleness() != 0) {
-    return Bad("consistency.staleness", absl::StrCat("must be 0 in sync mode", got(spec.consistency().staleness())));
+    return Bad("consistency.staleness",
+               absl::StrCat("must be 0 in sync mode",
+                            got(spec.consistency().staleness())));
   }
   if (spec.batch_size() < 1 || spec.batch_size() > 65536) {
-    return Bad("batch_size", absl::StrCat("must be in [1, 65536]", got(spec.batch_size())));
+    return Bad("batch_size",
+               absl::StrCat("must be in [1, 65536]", got(spec.batch_size())));
   }
-  if (spec.epochs() < 1) return Bad("epochs", absl::StrCat("must be >= 1", got(spec.epochs())));
-  if (spec.workers().min() < 1) return Bad("workers.min", absl::StrCat("must be >= 1", got(spec.workers().min())));
+  if (spec.epochs() < 1)
+    return Bad("epochs", absl::StrCat("must be >= 1", got(spec.epochs())));
+  if (spec.workers().min() < 1)
+    return Bad("workers.min",
+               absl::StrCat("must be >= 1", got(spec.workers().min())));
   if (spec.workers().max() < spec.workers().min()) {
-    return Bad("workers.max", absl::StrCat("must be >= workers.min (", spec.workers().min(), ")", got(spec.workers().max())));
+    return Bad("workers.max",
+               absl::StrCat("must be >= workers.min (", spec.workers().min(),
+                            ")", got(spec.workers().max())));
   }
-  if (spec.workers().max() > 1024) return Bad("workers.max", absl::StrCat("must be <= 1024", got(spec.workers().max())));
-  if (spec.shards() < 1 || spec.shards() > 256) return Bad("shards", absl::StrCat("must be in [1, 256]", got(spec.shards())));
+  if (spec.workers().max() > 1024)
+    return Bad("workers.max",
+               absl::StrCat("must be <= 1024", got(spec.workers().max())));
+  if (spec.shards() < 1 || spec.shards() > 256)
+    return Bad("shards",
+               absl::StrCat("must be in [1, 256]", got(spec.shards())));
   if (!(spec.target_accuracy() >= 0 && spec.target_accuracy() <= 1)) {
-    return Bad("target_accuracy", absl::StrCat("must be in [0, 1]", got(spec.target_accuracy())));
+    return Bad("target_accuracy",
+               absl::StrCat("must be in [0, 1]", got(spec.target_accuracy())));
   }
   if (spec.partition_bytes() < 1024 || spec.partition_bytes() % 4 != 0) {
-    return Bad("partition_bytes", absl::StrCat("must be a multiple of 4 and >= 1024", got(spec.partition_bytes())));
+    return Bad("partition_bytes",
+               absl::StrCat("must be a multiple of 4 and >= 1024",
+                            got(spec.partition_bytes())));
   }
-  if (spec.chunk_bytes() < 1024 || spec.chunk_bytes() > kMaxChunkBytes || spec.chunk_bytes() % 4 != 0) {
-    return Bad("chunk_bytes", absl::StrCat("must be a multiple of 4 in [1024, ", kMaxChunkBytes, "]", got(spec.chunk_bytes())));
+  if (spec.chunk_bytes() < 1024 || spec.chunk_bytes() > kMaxChunkBytes ||
+      spec.chunk_bytes() % 4 != 0) {
+    return Bad("chunk_bytes",
+               absl::StrCat("must be a multiple of 4 in [1024, ",
+                            kMaxChunkBytes, "]", got(spec.chunk_bytes())));
   }
-  if (spec.eval_every_steps() < 1) return Bad("eval_every_steps", absl::StrCat("must be >= 1", got(spec.eval_every_steps())));
-  if (spec.max_steps() < 0) return Bad("max_steps", absl::StrCat("must be >= 0", got(spec.max_steps())));
-  if (spec.encoding() != v1::ENCODING_FP32) return Bad("encoding", "must be fp32");
+  if (spec.eval_every_steps() < 1)
+    return Bad("eval_every_steps",
+               absl::StrCat("must be >= 1", got(spec.eval_every_steps())));
+  if (spec.max_steps() < 0)
+    return Bad("max_steps",
+               absl::StrCat("must be >= 0", got(spec.max_steps())));
+  if (spec.encoding() != v1::ENCODING_FP32)
+    return Bad("encoding", "must be fp32");
   return absl::OkStatus();
 }
 

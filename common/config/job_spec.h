@@ -1,5 +1,6 @@
 // JobSpec parsing (YAML or JSON, the user-facing format), defaults and
-// validation. Errors name the offending field: "optimizer.lr must be > 0, got -1".
+// validation. Errors name the offending field: "optimizer.lr must be > 0, got
+// -1".
 #ifndef FULCRUM_COMMON_CONFIG_JOB_SPEC_H_
 #define FULCRUM_COMMON_CONFIG_JOB_SPEC_H_
 

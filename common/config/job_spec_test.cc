@@ -53,7 +53,8 @@ TEST(JobSpecTest, ParsesTheReferenceJob) {
 }
 
 TEST(JobSpecTest, ParsesJson) {
-  auto spec = ParseJobSpec(R"({"name": "j", "model": {"type": "mlp", "layers": [4, 2]},
+  auto spec =
+      ParseJobSpec(R"({"name": "j", "model": {"type": "mlp", "layers": [4, 2]},
       "dataset": {"dir": "/d"}, "optimizer": {"type": "sgd", "lr": 0.1}})");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
@@ -76,25 +77,35 @@ TEST(JobSpecTest, ErrorsNameTheField) {
     std::string yaml, message;
   };
   const Case cases[] = {
-      {"optimizer: {type: momentum, lr: -1}", "optimizer.lr must be > 0, got -1"},
+      {"optimizer: {type: momentum, lr: -1}",
+       "optimizer.lr must be > 0, got -1"},
       {"optimizer: {type: momentum, lr: 0}", "optimizer.lr must be > 0, got 0"},
       {"optimizer: {type: adamw, lr: 0.1}", "optimizer.type must be one of"},
-      {"optimizer: {type: momentum, lr: abc}", "optimizer.lr must be a number, got 'abc'"},
-      {"optimizer: {type: momentum, lr: 0.1, momentum: 1.5}", "optimizer.momentum must be in [0, 1)"},
+      {"optimizer: {type: momentum, lr: abc}",
+       "optimizer.lr must be a number, got 'abc'"},
+      {"optimizer: {type: momentum, lr: 0.1, momentum: 1.5}",
+       "optimizer.momentum must be in [0, 1)"},
       {"batch_size: 0", "batch_size must be in [1, 65536], got 0"},
       {"epochs: -2", "epochs must be >= 1, got -2"},
-      {"workers: {min: 3, max: 2}", "workers.max must be >= workers.min (3), got 2"},
+      {"workers: {min: 3, max: 2}",
+       "workers.max must be >= workers.min (3), got 2"},
       {"workers: {min: 0, max: 2}", "workers.min must be >= 1, got 0"},
       {"shards: 0", "shards must be in [1, 256], got 0"},
-      {"consistency: {mode: bogus}", "consistency.mode must be one of [sync], got 'bogus'"},
-      {"model: {type: mlp, layers: [784, -5, 10]}", "model.layers[1] must be in [1, 65536], got -5"},
-      {"model: {type: cnn, layers: [784, 10]}", "model.type must be one of [mlp], got 'cnn'"},
-      {"model: {type: mlp, layers: [784, x]}", "model.layers[1] must be an integer, got 'x'"},
+      {"consistency: {mode: bogus}",
+       "consistency.mode must be one of [sync], got 'bogus'"},
+      {"model: {type: mlp, layers: [784, -5, 10]}",
+       "model.layers[1] must be in [1, 65536], got -5"},
+      {"model: {type: cnn, layers: [784, 10]}",
+       "model.type must be one of [mlp], got 'cnn'"},
+      {"model: {type: mlp, layers: [784, x]}",
+       "model.layers[1] must be an integer, got 'x'"},
       {"target_accuracy: 1.5", "target_accuracy must be in [0, 1], got 1.5"},
       {"chunk_bytes: 1000", "chunk_bytes must be a multiple of 4"},
       {"bogus_key: 1", "unknown field 'bogus_key'"},
-      {"optimizer: {type: momentum, lr: 0.1, betas: 3}", "unknown field 'optimizer.betas'"},
-      {"dataset: {format: csv, dir: /d}", "dataset.format must be one of [idx], got 'csv'"},
+      {"optimizer: {type: momentum, lr: 0.1, betas: 3}",
+       "unknown field 'optimizer.betas'"},
+      {"dataset: {format: csv, dir: /d}",
+       "dataset.format must be one of [idx], got 'csv'"},
       {"dataset: {format: idx, dir: ''}", "dataset.dir must not be empty"},
       {"encoding: bf16", "encoding must be one of [fp32], got 'bf16'"},
       {"name: ''", "name must not be empty"},
@@ -108,9 +119,12 @@ TEST(JobSpecTest, ErrorsNameTheField) {
 }
 
 TEST(JobSpecTest, RejectsMalformedDocuments) {
-  EXPECT_EQ(ParseJobSpec("name: [unclosed").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseJobSpec("- a\n- b\n").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseJobSpec("model: 3").status().message(), "model must be a mapping");
+  EXPECT_EQ(ParseJobSpec("name: [unclosed").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJobSpec("- a\n- b\n").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJobSpec("model: 3").status().message(),
+            "model must be a mapping");
   EXPECT_EQ(ParseJobSpec("epochs: 1\nepochs: 2").status().message(),
             "duplicate field 'epochs'");
 }

@@ -3,13 +3,13 @@
 #ifndef FULCRUM_COMMON_NET_GRPC_OPTIONS_H_
 #define FULCRUM_COMMON_NET_GRPC_OPTIONS_H_
 
-#include <chrono>
-#include <memory>
-#include <string>
-
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/server_builder.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
 
 namespace fulcrum {
 
@@ -25,12 +25,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 void ConfigureServer(grpc::ServerBuilder* builder);
 
 // Sets a deadline `timeout` from now on `context`.
-void SetTimeout(grpc::ClientContext* context, std::chrono::milliseconds timeout);
+void SetTimeout(grpc::ClientContext* context,
+                std::chrono::milliseconds timeout);
 
 // Exponential backoff with full jitter, bounded by `max`: attempt 0 waits up
 // to `initial`, each later attempt doubles the bound.
-std::chrono::milliseconds Backoff(int attempt, std::chrono::milliseconds initial,
-                                  std::chrono::milliseconds max, uint64_t random);
+std::chrono::milliseconds Backoff(int attempt,
+                                  std::chrono::milliseconds initial,
+                                  std::chrono::milliseconds max,
+                                  uint64_t random);
 
 }  // namespace fulcrum
 

@@ -13,8 +13,9 @@ TEST(GrpcStatusTest, RoundTripsCodeAndMessage) {
   EXPECT_EQ(g.error_message(), "optimizer.lr must be > 0");
   EXPECT_EQ(FromGrpcStatus(g), s);
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
-  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::ABORTED, "gen")).code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::ABORTED, "gen")).code(),
+      absl::StatusCode::kAborted);
 }
 
 absl::StatusOr<int> Half(int x) {

@@ -9,16 +9,17 @@
 #define FULCRUM_CONCAT_(a, b) FULCRUM_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::absl::Status fulcrum_status_ = (expr);         \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::absl::Status fulcrum_status_ = (expr);           \
     if (!fulcrum_status_.ok()) return fulcrum_status_; \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, Foo());` assigns the value of an
 // absl::StatusOr<T> or returns its status.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  FULCRUM_ASSIGN_OR_RETURN_IMPL_(FULCRUM_CONCAT_(fulcrum_sor_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN(lhs, expr)                                            \
+  FULCRUM_ASSIGN_OR_RETURN_IMPL_(FULCRUM_CONCAT_(fulcrum_sor_, __LINE__), lhs, \
+                                 expr)
 
 #define FULCRUM_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                   \

@@ -20,13 +20,13 @@ uint64_t SplitMix64(uint64_t x) {
 absl::StatusOr<ParameterLayout> ParameterLayout::ForMlp(
     const std::vector<int>& layers, int num_shards, int64_t partition_bytes) {
   if (layers.size() < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.layers needs at least 2 sizes, got ", layers.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers needs at least 2 sizes, got ", layers.size()));
   }
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i] <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.layers[", i, "] must be > 0, got ", layers[i]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.layers[", i, "] must be > 0, got ", layers[i]));
     }
   }
   if (num_shards < 1) {
@@ -34,8 +34,8 @@ absl::StatusOr<ParameterLayout> ParameterLayout::ForMlp(
         absl::StrCat("shards must be >= 1, got ", num_shards));
   }
   if (partition_bytes < 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "partition_bytes must be >= 4, got ", partition_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition_bytes must be >= 4, got ", partition_bytes));
   }
   ParameterLayout layout;
   layout.num_shards_ = num_shards;
@@ -43,7 +43,8 @@ absl::StatusOr<ParameterLayout> ParameterLayout::ForMlp(
   for (size_t i = 0; i + 1 < layers.size(); ++i) {
     const int64_t in = layers[i], out = layers[i + 1];
     const std::string prefix = absl::StrCat("fc", i + 1);
-    layout.tensors_.push_back({prefix + ".weight", {out, in}, offset, out * in, in});
+    layout.tensors_.push_back(
+        {prefix + ".weight", {out, in}, offset, out * in, in});
     offset += out * in;
     layout.tensors_.push_back({prefix + ".bias", {out}, offset, out, in});
     offset += out;
@@ -51,8 +52,8 @@ absl::StatusOr<ParameterLayout> ParameterLayout::ForMlp(
   layout.total_size_ = offset;
   const int64_t spread = (offset + kPartitionsPerShard * num_shards - 1) /
                          (kPartitionsPerShard * num_shards);
-  const int64_t max_elems = std::min(partition_bytes / 4,
-                                     std::max(kMinPartitionElems, spread));
+  const int64_t max_elems =
+      std::min(partition_bytes / 4, std::max(kMinPartitionElems, spread));
   absl::Status s = layout.Cut(max_elems);
   if (!s.ok()) return s;
   layout.Place();
@@ -63,8 +64,8 @@ absl::Status ParameterLayout::Cut(int64_t max_elems) {
   int64_t pack_begin = 0, pack_size = 0;
   auto flush = [&] {
     if (pack_size == 0) return;
-    partitions_.push_back({static_cast<int32_t>(partitions_.size()), pack_begin,
-                           pack_size, 0});
+    partitions_.push_back(
+        {static_cast<int32_t>(partitions_.size()), pack_begin, pack_size, 0});
     pack_size = 0;
   };
   for (const TensorInfo& t : tensors_) {

@@ -14,11 +14,11 @@
 namespace fulcrum {
 
 struct TensorInfo {
-  std::string name;             // "fc1.weight"
-  std::vector<int64_t> shape;   // row-major; Linear weights are [out, in]
-  int64_t offset = 0;           // first element in the flat vector
-  int64_t size = 0;             // number of elements
-  int64_t fan_in = 0;           // for initialisation
+  std::string name;            // "fc1.weight"
+  std::vector<int64_t> shape;  // row-major; Linear weights are [out, in]
+  int64_t offset = 0;          // first element in the flat vector
+  int64_t size = 0;            // number of elements
+  int64_t fan_in = 0;          // for initialisation
 };
 
 struct Partition {
@@ -38,7 +38,8 @@ class ParameterLayout {
   static constexpr int64_t kPartitionsPerShard = 4;
   static constexpr int64_t kMinPartitionElems = 4096;
 
-  // `layers` = [inputs, hidden..., outputs]: one Linear (weight, bias) per pair.
+  // `layers` = [inputs, hidden..., outputs]: one Linear (weight, bias) per
+  // pair.
   static absl::StatusOr<ParameterLayout> ForMlp(const std::vector<int>& layers,
                                                 int num_shards,
                                                 int64_t partition_bytes);

@@ -37,7 +37,8 @@ TEST(LayoutTest, ReferenceMlpTensors) {
   EXPECT_EQ(layout->tensors()[0].shape, (std::vector<int64_t>{256, 784}));
   EXPECT_EQ(layout->tensors()[1].offset, 256 * 784);
   EXPECT_EQ(layout->tensors()[5].name, "fc3.bias");
-  EXPECT_EQ(layout->total_size(), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  EXPECT_EQ(layout->total_size(),
+            784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
   ExpectCovers(*layout, k4MiB);
 }
 

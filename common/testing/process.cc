@@ -17,7 +17,8 @@ namespace {
 
 pid_t Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
   std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
@@ -34,7 +35,8 @@ std::optional<int> WaitPid(pid_t pid, absl::Duration timeout) {
   for (;;) {
     int status = 0;
     const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    if (r == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
     if (r < 0) return -1;
     if (absl::Now() >= deadline) return std::nullopt;
     absl::SleepFor(absl::Milliseconds(20));
@@ -70,11 +72,12 @@ int Process::Stop(absl::Duration grace) {
   return exit_code_.value_or(-9);
 }
 
-RunResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
-                     const std::string& log) {
+RunResult RunCommand(const std::vector<std::string>& argv,
+                     absl::Duration timeout, const std::string& log) {
   const std::string out_path = TestTempDir() + "/run_command.out";
   const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int err = log.empty() ? -1 : open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  const int err =
+      log.empty() ? -1 : open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   const pid_t pid = Spawn(argv, out, err);
   close(out);
   if (err >= 0) close(err);
@@ -95,7 +98,8 @@ std::string Runfile(const std::string& path) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");
   if (srcdir == nullptr) return path;
-  return std::string(srcdir) + "/" + (workspace != nullptr ? workspace : "fulcrum") + "/" + path;
+  return std::string(srcdir) + "/" +
+         (workspace != nullptr ? workspace : "fulcrum") + "/" + path;
 }
 
 std::string TestTempDir() {

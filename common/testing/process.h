@@ -38,8 +38,8 @@ struct RunResult {
   int exit_code = -1;
   std::string out;
 };
-RunResult RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
-                     const std::string& log = "");
+RunResult RunCommand(const std::vector<std::string>& argv,
+                     absl::Duration timeout, const std::string& log = "");
 
 // Path of a file in the test's runfiles (Bazel), e.g. "worker/fulcrum-worker".
 std::string Runfile(const std::string& path);

@@ -10,7 +10,8 @@ namespace fulcrum::testing {
 namespace {
 
 void Put32(std::vector<uint8_t>* s, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) s->push_back(static_cast<uint8_t>(v >> shift));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    s->push_back(static_cast<uint8_t>(v >> shift));
 }
 
 bool Write(const std::string& path, const std::vector<uint8_t>& data) {
@@ -20,8 +21,8 @@ bool Write(const std::string& path, const std::vector<uint8_t>& data) {
   return std::fclose(f) == 0 && ok;
 }
 
-bool WriteSplit(const std::string& dir, const std::string& prefix, int64_t n, int side,
-                int classes, std::mt19937_64& rng) {
+bool WriteSplit(const std::string& dir, const std::string& prefix, int64_t n,
+                int side, int classes, std::mt19937_64& rng) {
   std::vector<uint8_t> images, labels;
   Put32(&images, 0x803);
   Put32(&images, static_cast<uint32_t>(n));
@@ -48,8 +49,8 @@ bool WriteSplit(const std::string& dir, const std::string& prefix, int64_t n, in
 
 }  // namespace
 
-bool WriteSyntheticIdx(const std::string& dir, int64_t train, int64_t test, int side,
-                       int classes, uint64_t seed) {
+bool WriteSyntheticIdx(const std::string& dir, int64_t train, int64_t test,
+                       int side, int classes, uint64_t seed) {
   ::mkdir(dir.c_str(), 0755);
   std::mt19937_64 rng(seed);
   return WriteSplit(dir, "train", train, side, classes, rng) &&

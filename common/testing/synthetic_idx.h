@@ -10,8 +10,8 @@ namespace fulcrum::testing {
 
 // Class c images are noise plus a bright band whose position depends on c.
 // Creates `dir` if needed. Returns false on an I/O error.
-bool WriteSyntheticIdx(const std::string& dir, int64_t train, int64_t test, int side,
-                       int classes, uint64_t seed);
+bool WriteSyntheticIdx(const std::string& dir, int64_t train, int64_t test,
+                       int side, int classes, uint64_t seed);
 
 }  // namespace fulcrum::testing
 

@@ -8,7 +8,9 @@
 namespace fulcrum {
 namespace {
 
-double Unix(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+double Unix(absl::Time t) {
+  return absl::ToDoubleSeconds(t - absl::UnixEpoch());
+}
 
 }  // namespace
 
@@ -47,7 +49,9 @@ void Coordinator::Tick() {
     for (const auto& [address, request] : launch.inits) {
       status = shards_->InitJob(address, request);
       if (!status.ok()) {
-        status = absl::Status(status.code(), absl::StrCat("shard ", address, ": ", status.message()));
+        status = absl::Status(
+            status.code(),
+            absl::StrCat("shard ", address, ": ", status.message()));
         break;
       }
     }
@@ -59,7 +63,8 @@ void Coordinator::Tick() {
     if (job.status.state() != v1::PENDING) {  // cancelled meanwhile
       for (const std::string& w : job.status.workers()) {
         auto wi = workers_.find(w);
-        if (wi != workers_.end() && wi->second.job_id == launch.job_id) wi->second.job_id.clear();
+        if (wi != workers_.end() && wi->second.job_id == launch.job_id)
+          wi->second.job_id.clear();
       }
       continue;
     }
@@ -84,7 +89,8 @@ void Coordinator::Tick() {
       std::vector<EndCall> none;
       Finish(job, v1::FAILED, std::string(status.message()), &none);
     } else {
-      job.status.set_message(absl::StrCat("starting failed, will retry: ", status.message()));
+      job.status.set_message(
+          absl::StrCat("starting failed, will retry: ", status.message()));
     }
   }
 }
@@ -115,8 +121,10 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends) {
     it = shard_members_.erase(it);
     for (auto& [job_id, job] : jobs_) {
       const auto& s = job.status.shards();
-      if (job.status.state() == v1::RUNNING && std::find(s.begin(), s.end(), id) != s.end()) {
-        Finish(job, v1::FAILED, absl::StrCat("shard ", id, " lost: no heartbeat"), ends);
+      if (job.status.state() == v1::RUNNING &&
+          std::find(s.begin(), s.end(), id) != s.end()) {
+        Finish(job, v1::FAILED,
+               absl::StrCat("shard ", id, " lost: no heartbeat"), ends);
       }
     }
   }
@@ -159,7 +167,9 @@ void Coordinator::Schedule(absl::Time now, std::vector<Launch>* launches) {
       if (shard_members_.count(id)) shard_ids.push_back(id);
     }
     std::stable_sort(shard_ids.begin(), shard_ids.end(),
-                     [&](const std::string& a, const std::string& b) { return load[a] < load[b]; });
+                     [&](const std::string& a, const std::string& b) {
+                       return load[a] < load[b];
+                     });
     shard_ids.resize(spec.shards());
     job.starting = true;
     job.status.clear_workers();
@@ -187,7 +197,8 @@ void Coordinator::Schedule(absl::Time now, std::vector<Launch>* launches) {
   }
 }
 
-void Coordinator::Finish(Job& job, v1::JobState state, const std::string& message,
+void Coordinator::Finish(Job& job, v1::JobState state,
+                         const std::string& message,
                          std::vector<EndCall>* ends) {
   if (Terminal(job.status.state())) return;
   const bool had_shards = job.status.state() == v1::RUNNING || job.starting;
@@ -226,11 +237,13 @@ void Coordinator::RefreshProgress(Job& job) const {
   const bool running = job.status.state() == v1::RUNNING;
   for (int rank = 0; rank < job.status.workers_size(); ++rank) {
     auto it = workers_.find(job.status.workers(rank));
-    if (it == workers_.end() || it->second.job_id != job.status.job_id()) continue;
+    if (it == workers_.end() || it->second.job_id != job.status.job_id())
+      continue;
     if (running) ++live;
     rate += it->second.progress.samples_per_sec();
     // While running, rank 0's latest heartbeat speaks for the job.
-    if (running && rank == 0 && it->second.progress.step() >= job.status.progress().step()) {
+    if (running && rank == 0 &&
+        it->second.progress.step() >= job.status.progress().step()) {
       *job.status.mutable_progress() = it->second.progress;
     }
   }
@@ -238,10 +251,12 @@ void Coordinator::RefreshProgress(Job& job) const {
   if (running) job.status.mutable_progress()->set_samples_per_sec(rate);
 }
 
-absl::StatusOr<v1::JobStatus> Coordinator::GetJob(const std::string& job_id) const {
+absl::StatusOr<v1::JobStatus> Coordinator::GetJob(
+    const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job_id '", job_id, "' not found"));
+  if (it == jobs_.end())
+    return absl::NotFoundError(absl::StrCat("job_id '", job_id, "' not found"));
   Job copy = it->second;
   RefreshProgress(copy);
   return copy.status;
@@ -258,17 +273,21 @@ std::vector<v1::JobStatus> Coordinator::ListJobs() const {
   return out;
 }
 
-absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(const std::string& job_id) {
+absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(
+    const std::string& job_id) {
   std::vector<EndCall> ends;
   v1::JobStatus status;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job_id '", job_id, "' not found"));
+    if (it == jobs_.end())
+      return absl::NotFoundError(
+          absl::StrCat("job_id '", job_id, "' not found"));
     Job& job = it->second;
     if (Terminal(job.status.state())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", job_id, " already ended (", v1::JobState_Name(job.status.state()), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " already ended (",
+                       v1::JobState_Name(job.status.state()), ")"));
     }
     Finish(job, v1::CANCELLED, "cancelled by user", &ends);
     status = job.status;
@@ -277,7 +296,8 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(const std::string& job_id) 
   return status;
 }
 
-v1::RegisterWorkerResponse Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& request) {
+v1::RegisterWorkerResponse Coordinator::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
   absl::MutexLock lock(&mu_);
   Worker w;
   w.id = absl::StrCat("w-", next_member_++);
@@ -286,7 +306,8 @@ v1::RegisterWorkerResponse Coordinator::RegisterWorker(const v1::RegisterWorkerR
   w.last_heartbeat = options_.now();
   v1::RegisterWorkerResponse response;
   response.set_worker_id(w.id);
-  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  response.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(options_.heartbeat_interval));
   response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
   workers_[w.id] = std::move(w);
   return response;
@@ -297,12 +318,14 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.worker_id());
   if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker_id '", request.worker_id(),
-                                            "' is not registered (lease expired?): register again"));
+    return absl::NotFoundError(
+        absl::StrCat("worker_id '", request.worker_id(),
+                     "' is not registered (lease expired?): register again"));
   }
   Worker& w = it->second;
   w.last_heartbeat = options_.now();
-  if (!request.job_id().empty() && request.job_id() == w.job_id) w.progress = request.progress();
+  if (!request.job_id().empty() && request.job_id() == w.job_id)
+    w.progress = request.progress();
   v1::WorkerHeartbeatResponse response;
   if (w.job_id.empty()) return response;
   Job& job = jobs_[w.job_id];
@@ -315,19 +338,22 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
   a->set_job_id(w.job_id);
   *a->mutable_spec() = job.status.spec();
   const auto& members = job.status.workers();
-  a->set_rank(static_cast<int32_t>(std::find(members.begin(), members.end(), w.id) - members.begin()));
+  a->set_rank(static_cast<int32_t>(
+      std::find(members.begin(), members.end(), w.id) - members.begin()));
   a->set_world_size(members.size());
   a->set_generation(job.status.generation());
-  for (const std::string& address : job.shard_addresses) a->add_shard_addresses(address);
+  for (const std::string& address : job.shard_addresses)
+    a->add_shard_addresses(address);
   a->set_job_state(job.status.state());
   return response;
 }
 
 absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
     const v1::RegisterShardRequest& request) {
-  if (request.address().empty() || request.address().find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("address must be host:port, got '",
-                                                   request.address(), "'"));
+  if (request.address().empty() ||
+      request.address().find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address must be host:port, got '", request.address(), "'"));
   }
   absl::MutexLock lock(&mu_);
   Shard s;
@@ -336,7 +362,8 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
   s.last_heartbeat = options_.now();
   v1::RegisterShardResponse response;
   response.set_shard_id(s.id);
-  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  response.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(options_.heartbeat_interval));
   response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
   shard_members_[s.id] = std::move(s);
   return response;
@@ -347,14 +374,16 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
   absl::MutexLock lock(&mu_);
   auto it = shard_members_.find(request.shard_id());
   if (it == shard_members_.end()) {
-    return absl::NotFoundError(absl::StrCat("shard_id '", request.shard_id(),
-                                            "' is not registered (lease expired?): register again"));
+    return absl::NotFoundError(
+        absl::StrCat("shard_id '", request.shard_id(),
+                     "' is not registered (lease expired?): register again"));
   }
   it->second.last_heartbeat = options_.now();
   v1::ShardHeartbeatResponse response;
   for (const auto& [id, job] : jobs_) {
     const auto& s = job.status.shards();
-    if (!Terminal(job.status.state()) && std::find(s.begin(), s.end(), it->first) != s.end()) {
+    if (!Terminal(job.status.state()) &&
+        std::find(s.begin(), s.end(), it->first) != s.end()) {
       response.add_active_jobs(id);
     }
   }
@@ -369,11 +398,13 @@ absl::Status Coordinator::Leave(const std::string& member_id) {
     if (w != workers_.end()) {
       auto job = jobs_.find(w->second.job_id);
       if (job != jobs_.end() && job->second.status.state() == v1::RUNNING) {
-        Finish(job->second, v1::FAILED, absl::StrCat("worker ", member_id, " left"), &ends);
+        Finish(job->second, v1::FAILED,
+               absl::StrCat("worker ", member_id, " left"), &ends);
       }
       workers_.erase(w);
     } else if (shard_members_.erase(member_id) == 0) {
-      return absl::NotFoundError(absl::StrCat("member_id '", member_id, "' not found"));
+      return absl::NotFoundError(
+          absl::StrCat("member_id '", member_id, "' not found"));
     }
   }
   RunEnds(ends);
@@ -388,18 +419,22 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
     absl::MutexLock lock(&mu_);
     auto w = workers_.find(request.worker_id());
     if (w == workers_.end()) {
-      return absl::NotFoundError(absl::StrCat("worker_id '", request.worker_id(), "' not found"));
+      return absl::NotFoundError(
+          absl::StrCat("worker_id '", request.worker_id(), "' not found"));
     }
     auto it = jobs_.find(request.job_id());
     if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrCat("job_id '", request.job_id(), "' not found"));
+      return absl::NotFoundError(
+          absl::StrCat("job_id '", request.job_id(), "' not found"));
     }
     Job& job = it->second;
     const auto& members = job.status.workers();
-    const auto pos = std::find(members.begin(), members.end(), request.worker_id());
+    const auto pos =
+        std::find(members.begin(), members.end(), request.worker_id());
     if (pos == members.end()) {
-      return absl::PermissionDeniedError(absl::StrCat("worker ", request.worker_id(),
-                                                      " is not a member of ", request.job_id()));
+      return absl::PermissionDeniedError(
+          absl::StrCat("worker ", request.worker_id(), " is not a member of ",
+                       request.job_id()));
     }
     w->second.last_heartbeat = options_.now();
     w->second.progress = request.progress();
@@ -409,16 +444,20 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
       job.status.mutable_progress()->set_samples_per_sec(rate);
     }
     if (!request.error().empty()) {
-      Finish(job, v1::FAILED, absl::StrCat("worker ", request.worker_id(), ": ", request.error()),
-             &ends);
+      Finish(
+          job, v1::FAILED,
+          absl::StrCat("worker ", request.worker_id(), ": ", request.error()),
+          &ends);
     } else if (request.done() && pos == members.begin()) {
       const v1::Progress& p = request.progress();
       const double target = job.status.spec().target_accuracy();
-      std::string message = absl::StrCat("trained ", p.step(), " steps; test accuracy ",
-                                         p.test_accuracy());
+      std::string message = absl::StrCat(
+          "trained ", p.step(), " steps; test accuracy ", p.test_accuracy());
       if (target > 0) {
-        absl::StrAppend(&message, p.test_accuracy() >= target ? " (target " : " (below target ",
-                        target, ")");
+        absl::StrAppend(
+            &message,
+            p.test_accuracy() >= target ? " (target " : " (below target ",
+            target, ")");
       }
       Finish(job, v1::SUCCEEDED, message, &ends);
     }

@@ -31,9 +31,11 @@ namespace fulcrum {
 class ShardControl {
  public:
   virtual ~ShardControl() = default;
-  virtual absl::Status InitJob(const std::string& address, const v1::InitJobRequest& request) = 0;
+  virtual absl::Status InitJob(const std::string& address,
+                               const v1::InitJobRequest& request) = 0;
   // Best effort: the job's streams end on that shard.
-  virtual void EndJob(const std::string& address, const std::string& job_id) = 0;
+  virtual void EndJob(const std::string& address,
+                      const std::string& job_id) = 0;
 };
 
 class Coordinator {
@@ -63,10 +65,12 @@ class Coordinator {
   std::vector<v1::JobStatus> ListJobs() const;
   absl::StatusOr<v1::JobStatus> CancelJob(const std::string& job_id);
 
-  v1::RegisterWorkerResponse RegisterWorker(const v1::RegisterWorkerRequest& request);
+  v1::RegisterWorkerResponse RegisterWorker(
+      const v1::RegisterWorkerRequest& request);
   absl::StatusOr<v1::WorkerHeartbeatResponse> WorkerHeartbeat(
       const v1::WorkerHeartbeatRequest& request);
-  absl::StatusOr<v1::RegisterShardResponse> RegisterShard(const v1::RegisterShardRequest& request);
+  absl::StatusOr<v1::RegisterShardResponse> RegisterShard(
+      const v1::RegisterShardRequest& request);
   absl::StatusOr<v1::ShardHeartbeatResponse> ShardHeartbeat(
       const v1::ShardHeartbeatRequest& request);
   absl::Status Leave(const std::string& member_id);
@@ -86,7 +90,7 @@ class Coordinator {
   };
   struct Job {
     v1::JobStatus status;
-    bool starting = false;        // InitJob calls in flight
+    bool starting = false;                          // InitJob calls in flight
     absl::Time ready_since = absl::InfinitePast();  // min workers idle since
     std::vector<std::string> shard_addresses;
   };
@@ -98,12 +102,15 @@ class Coordinator {
     std::string address, job_id;
   };
 
-  void ExpireLeases(absl::Time now, std::vector<EndCall>* ends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Schedule(absl::Time now, std::vector<Launch>* launches) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireLeases(absl::Time now, std::vector<EndCall>* ends)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Schedule(absl::Time now, std::vector<Launch>* launches)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(Job& job, v1::JobState state, const std::string& message,
               std::vector<EndCall>* ends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunEnds(const std::vector<EndCall>& ends);
-  std::vector<std::string> IdleWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> IdleWorkers() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshProgress(Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Terminal(v1::JobState s);
 

@@ -8,7 +8,8 @@ namespace {
 
 class FakeShards : public ShardControl {
  public:
-  absl::Status InitJob(const std::string& address, const v1::InitJobRequest& r) override {
+  absl::Status InitJob(const std::string& address,
+                       const v1::InitJobRequest& r) override {
     inits.push_back({address, r});
     return next_status;
   }
@@ -44,13 +45,16 @@ class CoordinatorTest : public ::testing::Test {
     return spec;
   }
 
-  std::string AddWorker() { return coordinator_.RegisterWorker({}).worker_id(); }
+  std::string AddWorker() {
+    return coordinator_.RegisterWorker({}).worker_id();
+  }
   std::string AddShard(const std::string& address) {
     v1::RegisterShardRequest r;
     r.set_address(address);
     return coordinator_.RegisterShard(r)->shard_id();
   }
-  v1::WorkerAssignment Beat(const std::string& worker, const std::string& job = "") {
+  v1::WorkerAssignment Beat(const std::string& worker,
+                            const std::string& job = "") {
     v1::WorkerHeartbeatRequest r;
     r.set_worker_id(worker);
     r.set_job_id(job);
@@ -137,15 +141,19 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
   EXPECT_EQ(shards_.ends, std::vector<std::string>{"127.0.0.1:1/" + *id});
   v1::WorkerHeartbeatRequest hb;
   hb.set_worker_id(w);
-  EXPECT_EQ(coordinator_.WorkerHeartbeat(hb).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_.WorkerHeartbeat(hb).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(CoordinatorTest, CancelAndUnknownJobs) {
   auto id = coordinator_.SubmitJob(Spec(1, 1, 1));
   EXPECT_EQ(coordinator_.CancelJob(*id)->state(), v1::CANCELLED);
-  EXPECT_EQ(coordinator_.CancelJob(*id).status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(coordinator_.GetJob("job-99").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(coordinator_.CancelJob("job-99").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_.CancelJob(*id).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_.GetJob("job-99").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_.CancelJob("job-99").status().code(),
+            absl::StatusCode::kNotFound);
   // A cancelled job never starts.
   AddWorker();
   AddShard("127.0.0.1:1");
@@ -172,7 +180,8 @@ TEST_F(CoordinatorTest, ShardInitFailureRetriesThenRejectsBadJobs) {
 TEST_F(CoordinatorTest, RegistrationValidation) {
   v1::RegisterShardRequest r;
   r.set_address("nohostport");
-  EXPECT_EQ(coordinator_.RegisterShard(r).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coordinator_.RegisterShard(r).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(coordinator_.Leave("nobody").code(), absl::StatusCode::kNotFound);
   const std::string w = AddWorker();
   EXPECT_TRUE(coordinator_.Leave(w).ok());

@@ -1,10 +1,10 @@
 // fulcrum-coordinator: owns jobs, membership and progress.
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -14,11 +14,15 @@
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/service.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "host:port to serve the Coordinator API on");
-ABSL_FLAG(std::string, port_file, "",
-          "if set, write the bound port here once serving (for --listen host:0)");
-ABSL_FLAG(int64_t, heartbeat_ms, 1000, "heartbeat interval told to workers and shards");
-ABSL_FLAG(int64_t, lease_ms, 5000, "a member without a heartbeat for this long is lost");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "host:port to serve the Coordinator API on");
+ABSL_FLAG(
+    std::string, port_file, "",
+    "if set, write the bound port here once serving (for --listen host:0)");
+ABSL_FLAG(int64_t, heartbeat_ms, 1000,
+          "heartbeat interval told to workers and shards");
+ABSL_FLAG(int64_t, lease_ms, 5000,
+          "a member without a heartbeat for this long is lost");
 ABSL_FLAG(int64_t, start_grace_ms, 1000,
           "once workers.min are idle, wait this long for up to workers.max");
 
@@ -27,19 +31,22 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   fulcrum::GrpcShardControl shard_control;
   fulcrum::Coordinator::Options options;
-  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.start_grace = absl::Milliseconds(absl::GetFlag(FLAGS_start_grace_ms));
   fulcrum::Coordinator core(options, &shard_control);
   fulcrum::CoordinatorService service(&core);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
+                           grpc::InsecureServerCredentials(), &port);
   fulcrum::ConfigureServer(&builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::cerr << "fulcrum-coordinator: cannot listen on " << absl::GetFlag(FLAGS_listen) << "\n";
+    std::cerr << "fulcrum-coordinator: cannot listen on "
+              << absl::GetFlag(FLAGS_listen) << "\n";
     return 1;
   }
   std::cerr << "fulcrum-coordinator: serving on port " << port

@@ -15,7 +15,8 @@ grpc::Status Reply(absl::StatusOr<T> result, Out* out) {
 
 }  // namespace
 
-grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* r,
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*,
+                                           const v1::SubmitJobRequest* r,
                                            v1::SubmitJobResponse* out) {
   absl::StatusOr<std::string> id = core_->SubmitJob(r->spec());
   if (!id.ok()) return ToGrpcStatus(id.status());
@@ -23,59 +24,64 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext*, const v1::Submi
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* r,
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext*,
+                                        const v1::GetJobRequest* r,
                                         v1::JobStatus* out) {
   return Reply(core_->GetJob(r->job_id()), out);
 }
 
-grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*,
+                                          const v1::ListJobsRequest*,
                                           v1::ListJobsResponse* out) {
   for (v1::JobStatus& s : core_->ListJobs()) *out->add_jobs() = std::move(s);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* r,
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*,
+                                           const v1::CancelJobRequest* r,
                                            v1::JobStatus* out) {
   return Reply(core_->CancelJob(r->job_id()), out);
 }
 
-grpc::Status CoordinatorService::RegisterWorker(grpc::ServerContext*,
-                                                const v1::RegisterWorkerRequest* r,
-                                                v1::RegisterWorkerResponse* out) {
+grpc::Status CoordinatorService::RegisterWorker(
+    grpc::ServerContext*, const v1::RegisterWorkerRequest* r,
+    v1::RegisterWorkerResponse* out) {
   *out = core_->RegisterWorker(*r);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::WorkerHeartbeat(grpc::ServerContext*,
-                                                 const v1::WorkerHeartbeatRequest* r,
-                                                 v1::WorkerHeartbeatResponse* out) {
+grpc::Status CoordinatorService::WorkerHeartbeat(
+    grpc::ServerContext*, const v1::WorkerHeartbeatRequest* r,
+    v1::WorkerHeartbeatResponse* out) {
   return Reply(core_->WorkerHeartbeat(*r), out);
 }
 
-grpc::Status CoordinatorService::RegisterShard(grpc::ServerContext*,
-                                               const v1::RegisterShardRequest* r,
-                                               v1::RegisterShardResponse* out) {
+grpc::Status CoordinatorService::RegisterShard(
+    grpc::ServerContext*, const v1::RegisterShardRequest* r,
+    v1::RegisterShardResponse* out) {
   return Reply(core_->RegisterShard(*r), out);
 }
 
-grpc::Status CoordinatorService::ShardHeartbeat(grpc::ServerContext*,
-                                                const v1::ShardHeartbeatRequest* r,
-                                                v1::ShardHeartbeatResponse* out) {
+grpc::Status CoordinatorService::ShardHeartbeat(
+    grpc::ServerContext*, const v1::ShardHeartbeatRequest* r,
+    v1::ShardHeartbeatResponse* out) {
   return Reply(core_->ShardHeartbeat(*r), out);
 }
 
-grpc::Status CoordinatorService::Leave(grpc::ServerContext*, const v1::LeaveRequest* r,
+grpc::Status CoordinatorService::Leave(grpc::ServerContext*,
+                                       const v1::LeaveRequest* r,
                                        v1::LeaveResponse*) {
   return ToGrpcStatus(core_->Leave(r->member_id()));
 }
 
-grpc::Status CoordinatorService::ReportProgress(grpc::ServerContext*,
-                                                const v1::ReportProgressRequest* r,
-                                                v1::ReportProgressResponse* out) {
+grpc::Status CoordinatorService::ReportProgress(
+    grpc::ServerContext*, const v1::ReportProgressRequest* r,
+    v1::ReportProgressResponse* out) {
   return Reply(core_->ReportProgress(*r), out);
 }
 
-grpc::Status CoordinatorService::ListMembers(grpc::ServerContext*, const v1::ListMembersRequest*,
+grpc::Status CoordinatorService::ListMembers(grpc::ServerContext*,
+                                             const v1::ListMembersRequest*,
                                              v1::ListMembersResponse* out) {
   for (v1::Member& m : core_->ListMembers()) *out->add_members() = std::move(m);
   return grpc::Status::OK;
@@ -84,7 +90,8 @@ grpc::Status CoordinatorService::ListMembers(grpc::ServerContext*, const v1::Lis
 v1::ParameterServer::Stub* GrpcShardControl::Stub(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto& stub = stubs_[address];
-  if (stub == nullptr) stub = v1::ParameterServer::NewStub(MakeChannel(address));
+  if (stub == nullptr)
+    stub = v1::ParameterServer::NewStub(MakeChannel(address));
   return stub.get();
 }
 
@@ -96,7 +103,8 @@ absl::Status GrpcShardControl::InitJob(const std::string& address,
   return FromGrpcStatus(Stub(address)->InitJob(&context, request, &response));
 }
 
-void GrpcShardControl::EndJob(const std::string& address, const std::string& job_id) {
+void GrpcShardControl::EndJob(const std::string& address,
+                              const std::string& job_id) {
   grpc::ClientContext context;
   SetTimeout(&context, std::chrono::seconds(5));
   v1::EndJobRequest request;

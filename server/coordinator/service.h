@@ -19,21 +19,28 @@ class CoordinatorService final : public v1::Coordinator::Service {
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*,
                          v1::SubmitJobResponse*) override;
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::JobStatus*) override;
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*,
+                      v1::JobStatus*) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                         v1::ListJobsResponse*) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*,
                          v1::JobStatus*) override;
-  grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest*,
+  grpc::Status RegisterWorker(grpc::ServerContext*,
+                              const v1::RegisterWorkerRequest*,
                               v1::RegisterWorkerResponse*) override;
-  grpc::Status WorkerHeartbeat(grpc::ServerContext*, const v1::WorkerHeartbeatRequest*,
+  grpc::Status WorkerHeartbeat(grpc::ServerContext*,
+                               const v1::WorkerHeartbeatRequest*,
                                v1::WorkerHeartbeatResponse*) override;
-  grpc::Status RegisterShard(grpc::ServerContext*, const v1::RegisterShardRequest*,
+  grpc::Status RegisterShard(grpc::ServerContext*,
+                             const v1::RegisterShardRequest*,
                              v1::RegisterShardResponse*) override;
-  grpc::Status ShardHeartbeat(grpc::ServerContext*, const v1::ShardHeartbeatRequest*,
+  grpc::Status ShardHeartbeat(grpc::ServerContext*,
+                              const v1::ShardHeartbeatRequest*,
                               v1::ShardHeartbeatResponse*) override;
-  grpc::Status Leave(grpc::ServerContext*, const v1::LeaveRequest*, v1::LeaveResponse*) override;
-  grpc::Status ReportProgress(grpc::ServerContext*, const v1::ReportProgressRequest*,
+  grpc::Status Leave(grpc::ServerContext*, const v1::LeaveRequest*,
+                     v1::LeaveResponse*) override;
+  grpc::Status ReportProgress(grpc::ServerContext*,
+                              const v1::ReportProgressRequest*,
                               v1::ReportProgressResponse*) override;
   grpc::Status ListMembers(grpc::ServerContext*, const v1::ListMembersRequest*,
                            v1::ListMembersResponse*) override;
@@ -45,13 +52,15 @@ class CoordinatorService final : public v1::Coordinator::Service {
 // ShardControl over gRPC, one cached channel per shard address.
 class GrpcShardControl final : public ShardControl {
  public:
-  absl::Status InitJob(const std::string& address, const v1::InitJobRequest& request) override;
+  absl::Status InitJob(const std::string& address,
+                       const v1::InitJobRequest& request) override;
   void EndJob(const std::string& address, const std::string& job_id) override;
 
  private:
   v1::ParameterServer::Stub* Stub(const std::string& address);
   absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fulcrum

@@ -1,8 +1,8 @@
 // fulcrum-server: one parameter shard.
-#include <iostream>
-
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
+
+#include <iostream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -13,11 +13,14 @@
 #include "server/ps/shard_agent.h"
 #include "server/ps/shard_core.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port for the data plane (port 0: pick one)");
-ABSL_FLAG(std::string, advertise, "",
-          "address workers dial (default: the listen host with the bound port)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "host:port for the data plane (port 0: pick one)");
+ABSL_FLAG(
+    std::string, advertise, "",
+    "address workers dial (default: the listen host with the bound port)");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
-ABSL_FLAG(int64_t, step_timeout_s, 300, "longest a step waits for the other workers");
+ABSL_FLAG(int64_t, step_timeout_s, 300,
+          "longest a step waits for the other workers");
 
 int main(int argc, char** argv) {
   fulcrum::BlockTerminationSignals();
@@ -37,10 +40,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string advertise = absl::GetFlag(FLAGS_advertise);
-  if (advertise.empty()) advertise = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  if (advertise.empty())
+    advertise = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
   std::cerr << "fulcrum-server: serving on " << advertise
             << " (insecure transport: use on loopback or a trusted network)\n";
-  fulcrum::ShardAgent agent(absl::GetFlag(FLAGS_coordinator), advertise, &shard);
+  fulcrum::ShardAgent agent(absl::GetFlag(FLAGS_coordinator), advertise,
+                            &shard);
   agent.Start();
   fulcrum::WaitForTerminationSignal();
   std::cerr << "fulcrum-server: shutting down\n";

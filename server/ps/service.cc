@@ -20,15 +20,17 @@ absl::Status SendPartition(JobShard& job, int32_t partition, v1::Params* params,
     data->resize(n * sizeof(float));
     int64_t version;
     bool stop;
-    absl::Status s = job.Read(partition, offset, n, reinterpret_cast<float*>(data->data()),
-                              &version, &stop);
+    absl::Status s =
+        job.Read(partition, offset, n, reinterpret_cast<float*>(data->data()),
+                 &version, &stop);
     if (!s.ok()) return s;
     params->set_partition(partition);
     params->set_offset(offset);
     params->set_version(version);
     params->set_stop(stop);
     params->set_encoding(v1::ENCODING_FP32);
-    if (!write(*params)) return absl::UnavailableError("peer closed the stream");
+    if (!write(*params))
+      return absl::UnavailableError("peer closed the stream");
   }
   return absl::OkStatus();
 }
@@ -68,14 +70,16 @@ grpc::Status ParameterServerService::Stream(
                         "the first message of a stream must be hello");
   }
   const v1::Hello& hello = request.hello();
-  absl::StatusOr<std::shared_ptr<JobShard>> found = shard_->Find(hello.job_id());
+  absl::StatusOr<std::shared_ptr<JobShard>> found =
+      shard_->Find(hello.job_id());
   if (!found.ok()) return ToGrpcStatus(found.status());
   JobShard& job = **found;
   if (job.ended()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("job ", hello.job_id(), " has ended"));
   }
-  absl::StatusOr<int> member = job.MemberIndex(hello.worker_id(), hello.generation());
+  absl::StatusOr<int> member =
+      job.MemberIndex(hello.worker_id(), hello.generation());
   if (!member.ok()) return ToGrpcStatus(member.status());
 
   v1::StreamResponse response;
@@ -102,9 +106,11 @@ grpc::Status ParameterServerService::Stream(
     chunk.data = push.data().data();
     chunk.bytes = push.data().size();
     chunk.stop = push.stop();
-    if (push.encoding() != v1::ENCODING_FP32 && push.encoding() != v1::ENCODING_UNSPECIFIED) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("push.encoding ", push.encoding(), " is not supported"));
+    if (push.encoding() != v1::ENCODING_FP32 &&
+        push.encoding() != v1::ENCODING_UNSPECIFIED) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("push.encoding ", push.encoding(), " is not supported"));
     }
     absl::StatusOr<bool> finished = job.Push(*member, chunk);
     if (!finished.ok()) return ToGrpcStatus(finished.status());
@@ -115,7 +121,8 @@ grpc::Status ParameterServerService::Stream(
     // as the other workers' pushes for it have been applied.
     const absl::Time deadline = absl::Now() + options_.step_timeout;
     for (int32_t id : completed) {
-      absl::Status s = job.WaitForVersion(id, chunk.step + 1, deadline, cancelled);
+      absl::Status s =
+          job.WaitForVersion(id, chunk.step + 1, deadline, cancelled);
       if (s.ok()) s = SendPartition(job, id, response.mutable_params(), write);
       if (!s.ok()) return ToGrpcStatus(s);
     }
@@ -124,18 +131,21 @@ grpc::Status ParameterServerService::Stream(
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Pull(grpc::ServerContext*,
-                                          const v1::PullRequest* request,
-                                          grpc::ServerWriter<v1::Params>* writer) {
-  absl::StatusOr<std::shared_ptr<JobShard>> found = shard_->Find(request->job_id());
+grpc::Status ParameterServerService::Pull(
+    grpc::ServerContext*, const v1::PullRequest* request,
+    grpc::ServerWriter<v1::Params>* writer) {
+  absl::StatusOr<std::shared_ptr<JobShard>> found =
+      shard_->Find(request->job_id());
   if (!found.ok()) return ToGrpcStatus(found.status());
   JobShard& job = **found;
-  std::vector<int32_t> ids(request->partitions().begin(), request->partitions().end());
+  std::vector<int32_t> ids(request->partitions().begin(),
+                           request->partitions().end());
   if (ids.empty()) ids = job.partition_ids();
   for (int32_t id : ids) {
     if (job.PartitionSize(id) < 0) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("partitions: ", id, " is not held by this shard"));
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("partitions: ", id, " is not held by this shard"));
     }
   }
   v1::Params params;

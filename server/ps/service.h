@@ -21,14 +21,18 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   ParameterServerService(ParameterShard* shard, Options options)
       : shard_(shard), options_(options) {}
 
-  grpc::Status InitJob(grpc::ServerContext* context, const v1::InitJobRequest* request,
+  grpc::Status InitJob(grpc::ServerContext* context,
+                       const v1::InitJobRequest* request,
                        v1::InitJobResponse* response) override;
-  grpc::Status EndJob(grpc::ServerContext* context, const v1::EndJobRequest* request,
+  grpc::Status EndJob(grpc::ServerContext* context,
+                      const v1::EndJobRequest* request,
                       v1::EndJobResponse* response) override;
   grpc::Status Stream(
       grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) override;
-  grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
+      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream)
+      override;
+  grpc::Status Pull(grpc::ServerContext* context,
+                    const v1::PullRequest* request,
                     grpc::ServerWriter<v1::Params>* writer) override;
 
  private:

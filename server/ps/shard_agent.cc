@@ -49,19 +49,23 @@ bool ShardAgent::Register() {
       std::cerr << "fulcrum-server: registered as " << shard_id_ << "\n";
       return true;
     }
-    std::cerr << "fulcrum-server: register failed (" << s.error_message() << "), retrying\n";
+    std::cerr << "fulcrum-server: register failed (" << s.error_message()
+              << "), retrying\n";
     const auto wait = Backoff(attempt, std::chrono::milliseconds(100),
                               std::chrono::milliseconds(2000), rng());
-    if (stop_.WaitForNotificationWithTimeout(absl::FromChrono(wait))) return false;
+    if (stop_.WaitForNotificationWithTimeout(absl::FromChrono(wait)))
+      return false;
   }
   return false;
 }
 
 void ShardAgent::Run() {
   if (!Register()) return;
-  while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(interval_ms_))) {
+  while (
+      !stop_.WaitForNotificationWithTimeout(absl::Milliseconds(interval_ms_))) {
     grpc::ClientContext context;
-    SetTimeout(&context, std::chrono::milliseconds(std::max<int64_t>(1000, interval_ms_)));
+    SetTimeout(&context, std::chrono::milliseconds(
+                             std::max<int64_t>(1000, interval_ms_)));
     v1::ShardHeartbeatRequest request;
     request.set_shard_id(shard_id_);
     v1::ShardHeartbeatResponse response;

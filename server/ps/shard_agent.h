@@ -18,7 +18,8 @@ namespace fulcrum {
 class ShardAgent {
  public:
   // `shard` is not owned and must outlive the agent.
-  ShardAgent(std::string coordinator, std::string advertise_address, ParameterShard* shard);
+  ShardAgent(std::string coordinator, std::string advertise_address,
+             ParameterShard* shard);
   ~ShardAgent();
   void Start();
   void Stop();  // leaves the coordinator (best effort) and joins the thread

@@ -20,11 +20,11 @@ struct JobShard::PartitionState {
   std::vector<float> state ABSL_GUARDED_BY(mu);  // optimizer state
   std::vector<float> accum ABSL_GUARDED_BY(mu);  // sum of g_i * n_i
   int64_t version ABSL_GUARDED_BY(mu) = 0;
-  bool stop ABSL_GUARDED_BY(mu) = false;          // stop at `version`
+  bool stop ABSL_GUARDED_BY(mu) = false;  // stop at `version`
   bool stop_requested ABSL_GUARDED_BY(mu) = false;
   bool ended ABSL_GUARDED_BY(mu) = false;
   // Current step's progress, per member.
-  std::vector<uint8_t> got ABSL_GUARDED_BY(mu);   // [member * num_chunks + c]
+  std::vector<uint8_t> got ABSL_GUARDED_BY(mu);  // [member * num_chunks + c]
   std::vector<int64_t> got_count ABSL_GUARDED_BY(mu);
   std::vector<int64_t> member_samples ABSL_GUARDED_BY(mu);  // -1: none yet
   std::vector<uint8_t> done ABSL_GUARDED_BY(mu);
@@ -40,28 +40,36 @@ JobShard::JobShard(JobInit init, ParameterLayout layout)
 
 JobShard::~JobShard() = default;
 
-absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(const JobInit& init) {
-  if (init.job_id.empty()) return absl::InvalidArgumentError("job_id must not be empty");
+absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
+    const JobInit& init) {
+  if (init.job_id.empty())
+    return absl::InvalidArgumentError("job_id must not be empty");
   RETURN_IF_ERROR(ValidateJobSpec(init.spec));
   if (init.num_shards != init.spec.shards()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_shards ", init.num_shards, " does not match spec.shards ", init.spec.shards()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_shards ", init.num_shards,
+                     " does not match spec.shards ", init.spec.shards()));
   }
   if (init.shard_index < 0 || init.shard_index >= init.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard_index must be in [0, ", init.num_shards, "), got ", init.shard_index));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_index must be in [0, ", init.num_shards, "), got ",
+                     init.shard_index));
   }
   if (init.generation < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("generation must be >= 1, got ", init.generation));
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation must be >= 1, got ", init.generation));
   }
-  if (init.workers.empty()) return absl::InvalidArgumentError("workers must not be empty");
-  if (std::set<std::string>(init.workers.begin(), init.workers.end()).size() != init.workers.size()) {
+  if (init.workers.empty())
+    return absl::InvalidArgumentError("workers must not be empty");
+  if (std::set<std::string>(init.workers.begin(), init.workers.end()).size() !=
+      init.workers.size()) {
     return absl::InvalidArgumentError("workers must be unique");
   }
   const auto& layers = init.spec.model().layers();
-  ASSIGN_OR_RETURN(ParameterLayout layout,
-                   ParameterLayout::ForMlp(std::vector<int>(layers.begin(), layers.end()),
-                                           init.num_shards, init.spec.partition_bytes()));
+  ASSIGN_OR_RETURN(
+      ParameterLayout layout,
+      ParameterLayout::ForMlp(std::vector<int>(layers.begin(), layers.end()),
+                              init.num_shards, init.spec.partition_bytes()));
   std::unique_ptr<JobShard> job(new JobShard(init, std::move(layout)));
   const int members = static_cast<int>(init.workers.size());
   job->slots_.resize(job->layout_.partitions().size());
@@ -88,21 +96,22 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(const JobInit& init) 
 absl::StatusOr<int> JobShard::MemberIndex(const std::string& worker_id,
                                           int64_t generation) const {
   if (generation != init_.generation) {
-    return absl::AbortedError(absl::StrCat("generation ", generation, " is stale: job ",
-                                           init_.job_id, " is at generation ",
-                                           init_.generation, "; re-join"));
+    return absl::AbortedError(
+        absl::StrCat("generation ", generation, " is stale: job ", init_.job_id,
+                     " is at generation ", init_.generation, "; re-join"));
   }
   auto it = std::find(init_.workers.begin(), init_.workers.end(), worker_id);
   if (it == init_.workers.end()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "worker '", worker_id, "' is not a member of job ", init_.job_id,
-        " generation ", generation));
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker '", worker_id, "' is not a member of job ",
+                     init_.job_id, " generation ", generation));
   }
   return static_cast<int>(it - init_.workers.begin());
 }
 
 JobShard::PartitionState* JobShard::Find(int32_t partition) const {
-  if (partition < 0 || partition >= static_cast<int32_t>(slots_.size())) return nullptr;
+  if (partition < 0 || partition >= static_cast<int32_t>(slots_.size()))
+    return nullptr;
   return slots_[partition].get();
 }
 
@@ -111,36 +120,42 @@ int64_t JobShard::PartitionSize(int32_t partition) const {
   return p == nullptr ? -1 : p->meta.size;
 }
 
-absl::Status JobShard::Validate(const PartitionState& p, const PushChunk& c) const {
-  if (c.step < 0) return absl::InvalidArgumentError(absl::StrCat("push.step must be >= 0, got ", c.step));
+absl::Status JobShard::Validate(const PartitionState& p,
+                                const PushChunk& c) const {
+  if (c.step < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("push.step must be >= 0, got ", c.step));
   if (c.samples < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("push.samples must be >= 0, got ", c.samples));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push.samples must be >= 0, got ", c.samples));
   }
   if (c.samples == 0) {
     if (c.bytes != 0 || c.offset != 0) {
-      return absl::InvalidArgumentError("push.data must be empty and push.offset 0 when push.samples is 0");
+      return absl::InvalidArgumentError(
+          "push.data must be empty and push.offset 0 when push.samples is 0");
     }
     return absl::OkStatus();
   }
   if (c.offset < 0 || c.offset >= p.meta.size || c.offset % chunk_elems_ != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "push.offset ", c.offset, " is not a chunk boundary of partition ", p.meta.id,
-        " (size ", p.meta.size, ", chunk ", chunk_elems_, " elements)"));
+        "push.offset ", c.offset, " is not a chunk boundary of partition ",
+        p.meta.id, " (size ", p.meta.size, ", chunk ", chunk_elems_,
+        " elements)"));
   }
   const int64_t expected = std::min(chunk_elems_, p.meta.size - c.offset) * 4;
   if (static_cast<int64_t>(c.bytes) != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push.data has ", c.bytes, " bytes, expected ", expected, " for partition ",
-        p.meta.id, " offset ", c.offset));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push.data has ", c.bytes, " bytes, expected ", expected,
+                     " for partition ", p.meta.id, " offset ", c.offset));
   }
   const int64_t n = expected / 4;
   for (int64_t i = 0; i < n; ++i) {
     float v;
     std::memcpy(&v, c.data + 4 * i, 4);
     if (!std::isfinite(v)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "push.data element ", c.offset + i, " of partition ", p.meta.id,
-          " is not finite (", v, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("push.data element ", c.offset + i, " of partition ",
+                       p.meta.id, " is not finite (", v, ")"));
     }
   }
   return absl::OkStatus();
@@ -149,24 +164,27 @@ absl::Status JobShard::Validate(const PartitionState& p, const PushChunk& c) con
 absl::StatusOr<bool> JobShard::Push(int member, const PushChunk& c) {
   PartitionState* p = Find(c.partition);
   if (p == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push.partition ", c.partition, " is not held by shard ", init_.shard_index,
-        " of job ", init_.job_id));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push.partition ", c.partition, " is not held by shard ",
+                     init_.shard_index, " of job ", init_.job_id));
   }
   RETURN_IF_ERROR(Validate(*p, c));
   const int64_t chunk = c.samples == 0 ? 0 : c.offset / chunk_elems_;
   absl::MutexLock lock(&p->mu);
-  if (p->ended) return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
+  if (p->ended)
+    return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
   if (c.step < p->version) return false;  // a retry of an applied step
   if (c.step > p->version) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "push.step ", c.step, " is ahead of partition ", c.partition, " version ",
-        p->version, " (sync mode: pull the new version first)"));
+        "push.step ", c.step, " is ahead of partition ", c.partition,
+        " version ", p->version, " (sync mode: pull the new version first)"));
   }
-  if (p->done[member] || (c.samples > 0 && p->got[member * p->num_chunks + chunk])) {
+  if (p->done[member] ||
+      (c.samples > 0 && p->got[member * p->num_chunks + chunk])) {
     return false;  // repeated chunk
   }
-  if (p->member_samples[member] >= 0 && p->member_samples[member] != c.samples) {
+  if (p->member_samples[member] >= 0 &&
+      p->member_samples[member] != c.samples) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push.samples ", c.samples, " differs from ", p->member_samples[member],
         " in an earlier chunk of the same step"));
@@ -215,31 +233,39 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
                                       absl::Time deadline,
                                       const std::function<bool()>& cancelled) {
   PartitionState* p = Find(partition);
-  if (p == nullptr) return absl::InvalidArgumentError(absl::StrCat("partition ", partition, " not held here"));
+  if (p == nullptr)
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " not held here"));
   absl::MutexLock lock(&p->mu);
   while (p->version < version && !p->ended) {
-    if (cancelled && cancelled()) return absl::CancelledError("stream cancelled");
+    if (cancelled && cancelled())
+      return absl::CancelledError("stream cancelled");
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "partition ", partition, " still at version ", p->version, ", waiting for ", version));
+      return absl::DeadlineExceededError(
+          absl::StrCat("partition ", partition, " still at version ",
+                       p->version, ", waiting for ", version));
     }
-    p->changed.WaitWithDeadline(&p->mu, std::min(deadline, now + absl::Milliseconds(100)));
+    p->changed.WaitWithDeadline(
+        &p->mu, std::min(deadline, now + absl::Milliseconds(100)));
   }
-  if (p->version < version) return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
+  if (p->version < version)
+    return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
   return absl::OkStatus();
 }
 
-absl::Status JobShard::Read(int32_t partition, int64_t offset, int64_t n, float* out,
-                            int64_t* version, bool* stop) {
+absl::Status JobShard::Read(int32_t partition, int64_t offset, int64_t n,
+                            float* out, int64_t* version, bool* stop) {
   PartitionState* p = Find(partition);
   if (p == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("partition ", partition, " is not held by shard ",
-                                                   init_.shard_index, " of job ", init_.job_id));
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " is not held by shard ",
+                     init_.shard_index, " of job ", init_.job_id));
   }
   if (offset < 0 || n < 0 || offset + n > p->meta.size) {
-    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", ", offset + n,
-                                              ") outside partition ", partition));
+    return absl::OutOfRangeError(
+        absl::StrCat("range [", offset, ", ", offset + n,
+                     ") outside partition ", partition));
   }
   absl::MutexLock lock(&p->mu);
   std::memcpy(out, p->params.data() + offset, n * sizeof(float));
@@ -258,18 +284,21 @@ void JobShard::End() {
   }
 }
 
-absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::InitJob(const JobInit& init) {
+absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::InitJob(
+    const JobInit& init) {
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(init.job_id);
     if (it != jobs_.end()) {
       const JobInit& have = it->second->init();
       if (have.spec.SerializeAsString() != init.spec.SerializeAsString() ||
-          have.shard_index != init.shard_index || have.num_shards != init.num_shards ||
+          have.shard_index != init.shard_index ||
+          have.num_shards != init.num_shards ||
           have.generation != init.generation || have.workers != init.workers) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job ", init.job_id, " is already initialised here with another spec, "
-            "placement or membership"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", init.job_id,
+                         " is already initialised here with another spec, "
+                         "placement or membership"));
       }
       return it->second;
     }
@@ -281,11 +310,13 @@ absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::InitJob(const JobInit&
   return it->second;
 }
 
-absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::Find(const std::string& job_id) const {
+absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::Find(
+    const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job '", job_id, "' is not known to this shard"));
+    return absl::NotFoundError(
+        absl::StrCat("job '", job_id, "' is not known to this shard"));
   }
   return it->second;
 }

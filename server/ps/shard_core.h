@@ -103,7 +103,8 @@ class JobShard {
   const OptimizerConfig optimizer_;
   const int64_t chunk_elems_;
   std::vector<int32_t> ids_;
-  std::vector<std::unique_ptr<PartitionState>> slots_;  // by partition id; null if not here
+  std::vector<std::unique_ptr<PartitionState>>
+      slots_;  // by partition id; null if not here
   std::atomic<bool> ended_{false};
 };
 
@@ -114,7 +115,8 @@ class ParameterShard {
   // FAILED_PRECONDITION if the job exists with another spec or placement.
   absl::StatusOr<std::shared_ptr<JobShard>> InitJob(const JobInit& init);
   // NOT_FOUND if unknown.
-  absl::StatusOr<std::shared_ptr<JobShard>> Find(const std::string& job_id) const;
+  absl::StatusOr<std::shared_ptr<JobShard>> Find(
+      const std::string& job_id) const;
   // Ends the job's waits and pushes; its parameters stay readable until
   // ForgetJob. Unknown jobs are fine (idempotent).
   void EndJob(const std::string& job_id);

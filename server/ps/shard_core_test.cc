@@ -12,7 +12,8 @@ namespace fulcrum {
 namespace {
 
 // A tiny job: 4 -> 2 MLP (10 parameters), one shard, 1 KiB chunks.
-JobInit TinyJob(std::vector<std::string> workers, const std::string& opt = "sgd") {
+JobInit TinyJob(std::vector<std::string> workers,
+                const std::string& opt = "sgd") {
   JobInit init;
   init.job_id = "job-1";
   init.spec.set_name("tiny");
@@ -127,7 +128,8 @@ TEST(ShardCoreTest, RejectsBadPushesWithoutChangingState) {
   c.bytes = 36;
   r = (*job)->Push(0, c);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("push.data has 36 bytes, expected 40"), std::string::npos);
+  EXPECT_NE(r.status().message().find("push.data has 36 bytes, expected 40"),
+            std::string::npos);
 
   std::vector<float> bad = g;
   bad[3] = std::numeric_limits<float>::quiet_NaN();
@@ -135,14 +137,16 @@ TEST(ShardCoreTest, RejectsBadPushesWithoutChangingState) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("element 3"), std::string::npos);
   bad[3] = std::numeric_limits<float>::infinity();
-  EXPECT_EQ((*job)->Push(0, Chunk(0, bad, 1)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*job)->Push(0, Chunk(0, bad, 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   r = (*job)->Push(0, Chunk(3, g, 1));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   r = (*job)->Push(0, Chunk(0, g, -1));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 
-  // Nothing was accumulated: after both valid pushes the update is exactly one step.
+  // Nothing was accumulated: after both valid pushes the update is exactly one
+  // step.
   ASSERT_TRUE(*(*job)->Push(0, Chunk(0, g, 1)));
   ASSERT_TRUE(*(*job)->Push(1, Chunk(0, g, 1)));
   std::vector<float> w1 = ReadAll(**job);
@@ -153,8 +157,10 @@ TEST(ShardCoreTest, MembershipAndGeneration) {
   auto job = JobShard::Create(TinyJob({"a", "b"}));
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(*(*job)->MemberIndex("b", 1), 1);
-  EXPECT_EQ((*job)->MemberIndex("c", 1).status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ((*job)->MemberIndex("a", 2).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ((*job)->MemberIndex("c", 1).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*job)->MemberIndex("a", 2).status().code(),
+            absl::StatusCode::kAborted);
 }
 
 TEST(ShardCoreTest, WaitForVersionWakesOnUpdateAndEnd) {
@@ -165,17 +171,28 @@ TEST(ShardCoreTest, WaitForVersionWakesOnUpdateAndEnd) {
     absl::SleepFor(absl::Milliseconds(50));
     ASSERT_TRUE((*job)->Push(0, Chunk(0, g, 1)).ok());
   });
-  EXPECT_TRUE((*job)->WaitForVersion(0, 1, absl::Now() + absl::Seconds(10), nullptr).ok());
+  EXPECT_TRUE(
+      (*job)
+          ->WaitForVersion(0, 1, absl::Now() + absl::Seconds(10), nullptr)
+          .ok());
   pusher.join();
-  EXPECT_EQ((*job)->WaitForVersion(0, 5, absl::Now() + absl::Milliseconds(20), nullptr).code(),
-            absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ((*job)->WaitForVersion(0, 5, absl::Now() + absl::Seconds(10), [] { return true; }).code(),
+  EXPECT_EQ(
+      (*job)
+          ->WaitForVersion(0, 5, absl::Now() + absl::Milliseconds(20), nullptr)
+          .code(),
+      absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*job)
+                ->WaitForVersion(0, 5, absl::Now() + absl::Seconds(10),
+                                 [] { return true; })
+                .code(),
             absl::StatusCode::kCancelled);
   std::thread ender([&] {
     absl::SleepFor(absl::Milliseconds(50));
     (*job)->End();
   });
-  EXPECT_EQ((*job)->WaitForVersion(0, 5, absl::Now() + absl::Seconds(10), nullptr).code(),
+  EXPECT_EQ((*job)
+                ->WaitForVersion(0, 5, absl::Now() + absl::Seconds(10), nullptr)
+                .code(),
             absl::StatusCode::kAborted);
   ender.join();
 }
@@ -189,12 +206,14 @@ TEST(ParameterShardTest, InitIsIdempotentAndChecksSpec) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(first->get(), again->get());
   init.spec.mutable_optimizer()->set_lr(0.1);
-  EXPECT_EQ(shard.InitJob(init).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard.InitJob(init).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(shard.Find("nope").status().code(), absl::StatusCode::kNotFound);
   JobInit bad = TinyJob({"a"});
   bad.job_id = "job-2";
   bad.spec.mutable_optimizer()->set_lr(-1);
-  EXPECT_EQ(shard.InitJob(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.InitJob(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
   shard.EndJob("job-1");
   EXPECT_TRUE((*first)->ended());
   shard.ForgetJob("job-1");

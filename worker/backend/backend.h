@@ -29,8 +29,9 @@ class Backend {
   virtual void Synchronize() {}
 
   // c[m x n] = alpha * op(a) * op(b) + beta * c, op(x) = x or x^T.
-  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                    const float* a, const float* b, float beta, float* c) = 0;
+  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                    float alpha, const float* a, const float* b, float beta,
+                    float* c) = 0;
   // x[r][c] += bias[c] for a rows x cols matrix.
   virtual void AddBias(int rows, int cols, const float* bias, float* x) = 0;
   // db[c] = sum_r dy[r][c].

@@ -9,10 +9,13 @@
 
 namespace fulcrum {
 
-CpuBackend::CpuBackend(int threads) { openblas_set_num_threads(std::max(1, threads)); }
+CpuBackend::CpuBackend(int threads) {
+  openblas_set_num_threads(std::max(1, threads));
+}
 
 float* CpuBackend::Allocate(int64_t n) {
-  const size_t bytes = ((std::max<int64_t>(n, 1) * sizeof(float) + 63) / 64) * 64;
+  const size_t bytes =
+      ((std::max<int64_t>(n, 1) * sizeof(float) + 63) / 64) * 64;
   void* p = std::aligned_alloc(64, bytes);
   if (p == nullptr) std::abort();
   std::memset(p, 0, bytes);
@@ -29,11 +32,12 @@ void CpuBackend::CopyToHost(const float* device, float* host, int64_t n) {
   if (host != device) std::memcpy(host, device, n * sizeof(float));
 }
 
-void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                      const float* a, const float* b, float beta, float* c) {
+void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                      float alpha, const float* a, const float* b, float beta,
+                      float* c) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, trans_a ? m : k, b,
-              trans_b ? k : n, beta, c, n);
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
+              trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
 void CpuBackend::AddBias(int rows, int cols, const float* bias, float* x) {
@@ -60,14 +64,16 @@ void CpuBackend::ReluGrad(int64_t n, const float* y, float* dy) {
 }
 
 double CpuBackend::SoftmaxCrossEntropy(int rows, int cols, const float* logits,
-                                       const int32_t* labels, float scale, float* dlogits) {
+                                       const int32_t* labels, float scale,
+                                       float* dlogits) {
   double loss = 0.0;
   for (int r = 0; r < rows; ++r) {
     const float* z = logits + static_cast<int64_t>(r) * cols;
     float* dz = dlogits + static_cast<int64_t>(r) * cols;
     const float max = *std::max_element(z, z + cols);
     double sum = 0.0;
-    for (int c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(z[c] - max));
+    for (int c = 0; c < cols; ++c)
+      sum += std::exp(static_cast<double>(z[c] - max));
     const double log_sum = std::log(sum);
     loss += log_sum - (z[labels[r]] - max);
     for (int c = 0; c < cols; ++c) {

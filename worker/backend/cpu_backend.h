@@ -19,14 +19,15 @@ class CpuBackend final : public Backend {
   void Free(float* p) override;
   void CopyToDevice(const float* host, float* device, int64_t n) override;
   void CopyToHost(const float* device, float* host, int64_t n) override;
-  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-            const float* b, float beta, float* c) override;
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+            const float* a, const float* b, float beta, float* c) override;
   void AddBias(int rows, int cols, const float* bias, float* x) override;
   void BiasGrad(int rows, int cols, const float* dy, float* db) override;
   void Relu(int64_t n, float* x) override;
   void ReluGrad(int64_t n, const float* y, float* dy) override;
-  double SoftmaxCrossEntropy(int rows, int cols, const float* logits, const int32_t* labels,
-                             float scale, float* dlogits) override;
+  double SoftmaxCrossEntropy(int rows, int cols, const float* logits,
+                             const int32_t* labels, float scale,
+                             float* dlogits) override;
   int64_t CountCorrect(int rows, int cols, const float* logits,
                        const int32_t* labels) override;
 };

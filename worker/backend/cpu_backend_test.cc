@@ -46,8 +46,10 @@ TEST(CpuBackendTest, SoftmaxCrossEntropy) {
   const std::vector<float> logits = {0, 0, 1000, 0};  // second row is extreme
   const std::vector<int32_t> labels = {1, 0};
   std::vector<float> d(4);
-  const double loss = b.SoftmaxCrossEntropy(2, 2, logits.data(), labels.data(), 0.5f, d.data());
-  EXPECT_NEAR(loss, std::log(2.0), 1e-6);  // the second row is certain and right
+  const double loss =
+      b.SoftmaxCrossEntropy(2, 2, logits.data(), labels.data(), 0.5f, d.data());
+  EXPECT_NEAR(loss, std::log(2.0),
+              1e-6);                // the second row is certain and right
   EXPECT_NEAR(d[0], 0.25f, 1e-6);   // (0.5 - 0) * 0.5
   EXPECT_NEAR(d[1], -0.25f, 1e-6);  // (0.5 - 1) * 0.5
   EXPECT_NEAR(d[2], 0.0f, 1e-6);    // (1 - 1) * 0.5

@@ -24,15 +24,17 @@ bool FileExists(const std::string& path) {
 
 // Opens a plain or gzip file (zlib reads both transparently).
 absl::StatusOr<GzPtr> Open(const std::string& path) {
-  if (!FileExists(path)) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  if (!FileExists(path))
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
   GzPtr f(gzopen(path.c_str(), "rb"));
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  if (f == nullptr)
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
   gzbuffer(f.get(), 1 << 20);
   return f;
 }
 
-absl::Status ReadExactly(gzFile f, void* out, int64_t n, const std::string& path,
-                         const char* what) {
+absl::Status ReadExactly(gzFile f, void* out, int64_t n,
+                         const std::string& path, const char* what) {
   char* p = static_cast<char*>(out);
   while (n > 0) {
     const unsigned chunk = static_cast<unsigned>(std::min<int64_t>(n, 1 << 30));
@@ -40,8 +42,9 @@ absl::Status ReadExactly(gzFile f, void* out, int64_t n, const std::string& path
     if (got <= 0) {
       int err = 0;
       const char* msg = gzerror(f, &err);
-      return absl::DataLossError(absl::StrCat(path, ": truncated or corrupt while reading ",
-                                              what, err != Z_OK ? absl::StrCat(" (", msg, ")") : ""));
+      return absl::DataLossError(
+          absl::StrCat(path, ": truncated or corrupt while reading ", what,
+                       err != Z_OK ? absl::StrCat(" (", msg, ")") : ""));
     }
     p += got;
     n -= got;
@@ -49,15 +52,18 @@ absl::Status ReadExactly(gzFile f, void* out, int64_t n, const std::string& path
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> ReadBigEndian32(gzFile f, const std::string& path, const char* what) {
+absl::StatusOr<uint32_t> ReadBigEndian32(gzFile f, const std::string& path,
+                                         const char* what) {
   unsigned char b[4];
   absl::Status s = ReadExactly(f, b, 4, path, what);
   if (!s.ok()) return s;
-  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) |
+         (uint32_t{b[2]} << 8) | b[3];
 }
 
 // Reads magic and the dimension sizes; checks the magic.
-absl::StatusOr<std::vector<uint32_t>> ReadHeader(gzFile f, const std::string& path,
+absl::StatusOr<std::vector<uint32_t>> ReadHeader(gzFile f,
+                                                 const std::string& path,
                                                  uint32_t magic, int dims) {
   absl::StatusOr<uint32_t> m = ReadBigEndian32(f, path, "the header");
   if (!m.ok()) return m.status();
@@ -81,30 +87,35 @@ std::string Pick(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path, int64_t limit) {
+absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path,
+                                        int64_t limit) {
   absl::StatusOr<GzPtr> f = Open(path);
   if (!f.ok()) return f.status();
-  absl::StatusOr<std::vector<uint32_t>> dims = ReadHeader(f->get(), path, 0x00000803, 3);
+  absl::StatusOr<std::vector<uint32_t>> dims =
+      ReadHeader(f->get(), path, 0x00000803, 3);
   if (!dims.ok()) return dims.status();
   IdxImages out;
   out.count = (*dims)[0];
   out.rows = static_cast<int>((*dims)[1]);
   out.cols = static_cast<int>((*dims)[2]);
   if (out.rows <= 0 || out.cols <= 0 || out.rows > 4096 || out.cols > 4096) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": implausible image size ", out.rows, "x", out.cols));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": implausible image size ", out.rows, "x", out.cols));
   }
   if (limit > 0 && limit < out.count) out.count = limit;
   out.pixels.resize(out.count * out.rows * out.cols);
-  absl::Status s = ReadExactly(f->get(), out.pixels.data(), out.pixels.size(), path, "pixels");
+  absl::Status s = ReadExactly(f->get(), out.pixels.data(), out.pixels.size(),
+                               path, "pixels");
   if (!s.ok()) return s;
   return out;
 }
 
-absl::StatusOr<std::vector<int32_t>> ReadIdxLabels(const std::string& path, int64_t limit) {
+absl::StatusOr<std::vector<int32_t>> ReadIdxLabels(const std::string& path,
+                                                   int64_t limit) {
   absl::StatusOr<GzPtr> f = Open(path);
   if (!f.ok()) return f.status();
-  absl::StatusOr<std::vector<uint32_t>> dims = ReadHeader(f->get(), path, 0x00000801, 1);
+  absl::StatusOr<std::vector<uint32_t>> dims =
+      ReadHeader(f->get(), path, 0x00000801, 1);
   if (!dims.ok()) return dims.status();
   int64_t count = (*dims)[0];
   if (limit > 0 && limit < count) count = limit;
@@ -114,25 +125,27 @@ absl::StatusOr<std::vector<int32_t>> ReadIdxLabels(const std::string& path, int6
   return std::vector<int32_t>(raw.begin(), raw.end());
 }
 
-absl::StatusOr<LabeledImages> LoadIdxSplit(const std::string& dir, const std::string& prefix,
+absl::StatusOr<LabeledImages> LoadIdxSplit(const std::string& dir,
+                                           const std::string& prefix,
                                            int64_t limit, int classes) {
   LabeledImages out;
   const std::string images_path = Pick(dir, prefix + "-images-idx3-ubyte");
   const std::string labels_path = Pick(dir, prefix + "-labels-idx1-ubyte");
   absl::StatusOr<IdxImages> images = ReadIdxImages(images_path, limit);
   if (!images.ok()) return images.status();
-  absl::StatusOr<std::vector<int32_t>> labels = ReadIdxLabels(labels_path, limit);
+  absl::StatusOr<std::vector<int32_t>> labels =
+      ReadIdxLabels(labels_path, limit);
   if (!labels.ok()) return labels.status();
   if (static_cast<int64_t>(labels->size()) != images->count) {
-    return absl::InvalidArgumentError(absl::StrCat(labels_path, " has ", labels->size(),
-                                                   " labels but ", images_path, " has ",
-                                                   images->count, " images"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(labels_path, " has ", labels->size(), " labels but ",
+                     images_path, " has ", images->count, " images"));
   }
   for (size_t i = 0; i < labels->size(); ++i) {
     if ((*labels)[i] >= classes) {
-      return absl::InvalidArgumentError(absl::StrCat(labels_path, ": label ", (*labels)[i],
-                                                     " at index ", i, " >= model classes ",
-                                                     classes));
+      return absl::InvalidArgumentError(
+          absl::StrCat(labels_path, ": label ", (*labels)[i], " at index ", i,
+                       " >= model classes ", classes));
     }
   }
   out.images = std::move(*images);

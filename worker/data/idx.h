@@ -22,10 +22,12 @@ struct IdxImages {
 // Reads an idx3-ubyte file (magic 0x00000803). At most `limit` images when
 // limit > 0. Truncated or malformed files are DATA_LOSS / INVALID_ARGUMENT
 // naming the file; a missing one is NOT_FOUND.
-absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path, int64_t limit = 0);
+absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path,
+                                        int64_t limit = 0);
 
 // Reads an idx1-ubyte file (magic 0x00000801).
-absl::StatusOr<std::vector<int32_t>> ReadIdxLabels(const std::string& path, int64_t limit = 0);
+absl::StatusOr<std::vector<int32_t>> ReadIdxLabels(const std::string& path,
+                                                   int64_t limit = 0);
 
 struct LabeledImages {
   IdxImages images;
@@ -35,7 +37,8 @@ struct LabeledImages {
 // Loads `<dir>/<prefix>-images-idx3-ubyte[.gz]` and the matching labels
 // (prefix "train" or "t10k"), checking they agree in count and that labels
 // are < `classes`.
-absl::StatusOr<LabeledImages> LoadIdxSplit(const std::string& dir, const std::string& prefix,
+absl::StatusOr<LabeledImages> LoadIdxSplit(const std::string& dir,
+                                           const std::string& prefix,
                                            int64_t limit, int classes);
 
 }  // namespace fulcrum

@@ -17,7 +17,8 @@ std::string TempDir() {
 }
 
 void Put32(std::string* s, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) s->push_back(static_cast<char>(v >> shift));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    s->push_back(static_cast<char>(v >> shift));
 }
 
 std::string ImagesFile(uint32_t count, uint32_t rows, uint32_t cols) {
@@ -26,7 +27,8 @@ std::string ImagesFile(uint32_t count, uint32_t rows, uint32_t cols) {
   Put32(&s, count);
   Put32(&s, rows);
   Put32(&s, cols);
-  for (uint32_t i = 0; i < count * rows * cols; ++i) s.push_back(static_cast<char>(i % 251));
+  for (uint32_t i = 0; i < count * rows * cols; ++i)
+    s.push_back(static_cast<char>(i % 251));
   return s;
 }
 
@@ -41,7 +43,8 @@ std::string LabelsFile(uint32_t count) {
 void WriteGz(const std::string& path, const std::string& data) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, data.data(), data.size()), static_cast<int>(data.size()));
+  ASSERT_EQ(gzwrite(f, data.data(), data.size()),
+            static_cast<int>(data.size()));
   gzclose(f);
 }
 
@@ -101,14 +104,16 @@ TEST(IdxTest, DetectsCorruptFiles) {
     WriteGz(dir + "/c.gz", ImagesFile(50, 8, 8));
     FILE* f = std::fopen((dir + "/c.gz").c_str(), "r+b");
     std::fseek(f, 40, SEEK_SET);
-    const char junk[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    const char junk[16] = {1, 2,  3,  4,  5,  6,  7,  8,
+                           9, 10, 11, 12, 13, 14, 15, 16};
     std::fwrite(junk, 1, sizeof(junk), f);
     std::fclose(f);
   }
   r = ReadIdxImages(dir + "/c.gz");
   EXPECT_FALSE(r.ok());
   // Missing file; mismatched counts.
-  EXPECT_EQ(ReadIdxImages(dir + "/missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadIdxImages(dir + "/missing").status().code(),
+            absl::StatusCode::kNotFound);
   WriteGz(dir + "/train-images-idx3-ubyte.gz", ImagesFile(6, 2, 2));
   WriteGz(dir + "/train-labels-idx1-ubyte.gz", LabelsFile(5));
   EXPECT_EQ(LoadIdxSplit(dir, "train", 0, 10).status().code(),

@@ -17,7 +17,8 @@ namespace fulcrum {
 // Writes the epoch's permutation of [0, n) into *order (resized to n; no
 // allocation when it already has capacity). Portable: depends only on
 // (seed, epoch, n).
-void EpochOrder(uint64_t seed, int64_t epoch, int64_t n, std::vector<int64_t>* order);
+void EpochOrder(uint64_t seed, int64_t epoch, int64_t n,
+                std::vector<int64_t>* order);
 
 int64_t StepsPerEpoch(int64_t n, int world, int batch);
 
@@ -27,7 +28,8 @@ struct Share {
   int64_t begin = 0;
   int64_t count = 0;
 };
-Share WorkerShare(int64_t n, int64_t step_in_epoch, int rank, int world, int batch);
+Share WorkerShare(int64_t n, int64_t step_in_epoch, int rank, int world,
+                  int batch);
 
 // Converts uint8 pixels to standardised floats while gathering a batch.
 class BatchGatherer {

@@ -21,7 +21,8 @@ TEST(SamplerTest, EpochOrderIsASeededPermutation) {
   EXPECT_NE(a, sorted);
 }
 
-// N workers x batch b cover exactly the samples of 1 worker x N*b, step by step.
+// N workers x batch b cover exactly the samples of 1 worker x N*b, step by
+// step.
 TEST(SamplerTest, SharesTileEachGlobalBatch) {
   const int64_t n = 1003;
   for (int world : {1, 2, 3, 4}) {

@@ -13,8 +13,10 @@ Mlp::Mlp(Backend* backend, const ParameterLayout& layout, int max_batch)
     b_offset_.push_back(t[i + 1].offset);
   }
   for (size_t l = 1; l < sizes_.size(); ++l) {
-    act_.push_back(backend_->Allocate(static_cast<int64_t>(max_batch) * sizes_[l]));
-    dact_.push_back(backend_->Allocate(static_cast<int64_t>(max_batch) * sizes_[l]));
+    act_.push_back(
+        backend_->Allocate(static_cast<int64_t>(max_batch) * sizes_[l]));
+    dact_.push_back(
+        backend_->Allocate(static_cast<int64_t>(max_batch) * sizes_[l]));
   }
 }
 
@@ -29,21 +31,23 @@ const float* Mlp::Forward(const float* params, const float* x, int batch) {
   for (int l = 0; l < layers; ++l) {
     const int n_in = sizes_[l], n_out = sizes_[l + 1];
     // act = in [batch x n_in] * W^T [n_in x n_out] + b
-    backend_->Gemm(false, true, batch, n_out, n_in, 1.0f, in, params + w_offset_[l], 0.0f,
-                   act_[l]);
+    backend_->Gemm(false, true, batch, n_out, n_in, 1.0f, in,
+                   params + w_offset_[l], 0.0f, act_[l]);
     backend_->AddBias(batch, n_out, params + b_offset_[l], act_[l]);
-    if (l + 1 < layers) backend_->Relu(static_cast<int64_t>(batch) * n_out, act_[l]);
+    if (l + 1 < layers)
+      backend_->Relu(static_cast<int64_t>(batch) * n_out, act_[l]);
     in = act_[l];
   }
   return act_.back();
 }
 
-double Mlp::ForwardBackward(const float* params, const float* x, const int32_t* labels,
-                            int batch, float* grads, const GradientReady& ready) {
+double Mlp::ForwardBackward(const float* params, const float* x,
+                            const int32_t* labels, int batch, float* grads,
+                            const GradientReady& ready) {
   const int layers = static_cast<int>(w_offset_.size());
   const float* logits = Forward(params, x, batch);
-  const double loss = backend_->SoftmaxCrossEntropy(batch, classes(), logits, labels,
-                                                    1.0f / batch, dact_.back());
+  const double loss = backend_->SoftmaxCrossEntropy(
+      batch, classes(), logits, labels, 1.0f / batch, dact_.back());
   for (int l = layers - 1; l >= 0; --l) {
     const int n_in = sizes_[l], n_out = sizes_[l + 1];
     const float* in = l == 0 ? x : act_[l - 1];
@@ -53,21 +57,22 @@ double Mlp::ForwardBackward(const float* params, const float* x, const int32_t* 
     backend_->BiasGrad(batch, n_out, dact_[l], grads + b_offset_[l]);
     if (l > 0) {
       // dIn [batch x n_in] = dY [batch x n_out] * W [n_out x n_in], then ReLU'.
-      backend_->Gemm(false, false, batch, n_in, n_out, 1.0f, dact_[l], params + w_offset_[l],
-                     0.0f, dact_[l - 1]);
-      backend_->ReluGrad(static_cast<int64_t>(batch) * n_in, act_[l - 1], dact_[l - 1]);
+      backend_->Gemm(false, false, batch, n_in, n_out, 1.0f, dact_[l],
+                     params + w_offset_[l], 0.0f, dact_[l - 1]);
+      backend_->ReluGrad(static_cast<int64_t>(batch) * n_in, act_[l - 1],
+                         dact_[l - 1]);
     }
     if (ready) ready(w_offset_[l]);
   }
   return loss / batch;
 }
 
-int64_t Mlp::Evaluate(const float* params, const float* x, const int32_t* labels, int batch,
-                      double* loss_sum) {
+int64_t Mlp::Evaluate(const float* params, const float* x,
+                      const int32_t* labels, int batch, double* loss_sum) {
   const float* logits = Forward(params, x, batch);
   if (loss_sum != nullptr) {
-    *loss_sum += backend_->SoftmaxCrossEntropy(batch, classes(), logits, labels, 0.0f,
-                                               dact_.back());
+    *loss_sum += backend_->SoftmaxCrossEntropy(batch, classes(), logits, labels,
+                                               0.0f, dact_.back());
   }
   return backend_->CountCorrect(batch, classes(), logits, labels);
 }

@@ -34,24 +34,25 @@ class Mlp {
   // (backend memory) and labels (host memory). Writes the gradient of the
   // mean loss into grads and returns the mean loss.
   // REQUIRES: 0 < batch <= max_batch.
-  double ForwardBackward(const float* params, const float* x, const int32_t* labels,
-                         int batch, float* grads, const GradientReady& ready);
+  double ForwardBackward(const float* params, const float* x,
+                         const int32_t* labels, int batch, float* grads,
+                         const GradientReady& ready);
 
   // Forward only; returns the number of correct predictions and adds the
   // summed loss to *loss_sum when non-null.
-  int64_t Evaluate(const float* params, const float* x, const int32_t* labels, int batch,
-                   double* loss_sum);
+  int64_t Evaluate(const float* params, const float* x, const int32_t* labels,
+                   int batch, double* loss_sum);
 
  private:
   const float* Forward(const float* params, const float* x, int batch);
 
   Backend* const backend_;  // Not owned.
   const int max_batch_;
-  std::vector<int> sizes_;            // [in, hidden..., classes]
-  std::vector<int64_t> w_offset_;     // per layer, into the flat vector
+  std::vector<int> sizes_;         // [in, hidden..., classes]
+  std::vector<int64_t> w_offset_;  // per layer, into the flat vector
   std::vector<int64_t> b_offset_;
-  std::vector<float*> act_;           // outputs of each layer, [max_batch x out]
-  std::vector<float*> dact_;          // gradients w.r.t. those outputs
+  std::vector<float*> act_;   // outputs of each layer, [max_batch x out]
+  std::vector<float*> dact_;  // gradients w.r.t. those outputs
 };
 
 }  // namespace fulcrum

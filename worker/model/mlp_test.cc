@@ -11,8 +11,9 @@ namespace fulcrum {
 namespace {
 
 // Loss of the model at `params` (double-checked through Evaluate's loss sum).
-double MeanLoss(Mlp& mlp, const std::vector<float>& params, const std::vector<float>& x,
-                const std::vector<int32_t>& labels, int batch) {
+double MeanLoss(Mlp& mlp, const std::vector<float>& params,
+                const std::vector<float>& x, const std::vector<int32_t>& labels,
+                int batch) {
   double sum = 0;
   mlp.Evaluate(params.data(), x.data(), labels.data(), batch, &sum);
   return sum / batch;
@@ -35,8 +36,9 @@ TEST(MlpTest, GradientsMatchFiniteDifferences) {
   const std::vector<int32_t> labels = {0, 2, 1, 2};
   std::vector<float> grads(layout->total_size(), 0.0f);
   std::vector<int64_t> ready;
-  const double loss = mlp.ForwardBackward(params.data(), x.data(), labels.data(), batch,
-                                          grads.data(), [&](int64_t r) { ready.push_back(r); });
+  const double loss =
+      mlp.ForwardBackward(params.data(), x.data(), labels.data(), batch,
+                          grads.data(), [&](int64_t r) { ready.push_back(r); });
   EXPECT_NEAR(loss, MeanLoss(mlp, params, x, labels, batch), 1e-6);
   // Gradients become ready from the last layer to the first.
   EXPECT_EQ(ready, (std::vector<int64_t>{layout->tensors()[4].offset,
@@ -51,7 +53,8 @@ TEST(MlpTest, GradientsMatchFiniteDifferences) {
     p[i] = params[i] - eps;
     const double down = MeanLoss(mlp, p, x, labels, batch);
     const double numeric = (up - down) / (2 * eps);
-    EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::abs(numeric)) << "parameter " << i;
+    EXPECT_NEAR(grads[i], numeric, 2e-3 + 2e-2 * std::abs(numeric))
+        << "parameter " << i;
     ++checked;
   }
   EXPECT_EQ(checked, 6 * 5 + 5 + 5 * 4 + 4 + 4 * 3 + 3);
@@ -75,10 +78,12 @@ TEST(MlpTest, LearnsASeparableProblem) {
       x[2 * r + 1] = u(rng);
       y[r] = x[2 * r] + x[2 * r + 1] > 0 ? 1 : 0;
     }
-    mlp.ForwardBackward(params.data(), x.data(), y.data(), batch, grads.data(), nullptr);
+    mlp.ForwardBackward(params.data(), x.data(), y.data(), batch, grads.data(),
+                        nullptr);
     for (size_t i = 0; i < params.size(); ++i) params[i] -= 0.5f * grads[i];
   }
-  EXPECT_GE(mlp.Evaluate(params.data(), x.data(), y.data(), batch, nullptr), 29);
+  EXPECT_GE(mlp.Evaluate(params.data(), x.data(), y.data(), batch, nullptr),
+            29);
 }
 
 }  // namespace
