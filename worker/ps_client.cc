@@ -76,9 +76,8 @@ absl::StatusOr<int64_t> PsClient::Connect() {
     hello.mutable_hello()->set_job_id(options_.job_id);
     hello.mutable_hello()->set_worker_id(options_.worker_id);
     hello.mutable_hello()->set_generation(options_.generation);
-    if (!s->rw->Write(hello)) {
-      // The stream failed; its status comes from Finish in the receiver.
-    }
+    // A failed write means a failed stream: the receiver reports its status.
+    s->rw->Write(hello);
     Stream* raw = s.get();
     s->receiver = std::thread([this, raw] { ReceiveLoop(raw); });
     s->sender = std::thread([this, raw] { SendLoop(raw); });

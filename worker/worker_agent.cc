@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include <iostream>
-#include <random>
 
 #include "common/net/grpc_options.h"
+#include "common/net/retry.h"
 
 namespace fulcrum {
 
@@ -28,31 +28,30 @@ void WorkerAgent::Shutdown() {
 bool WorkerAgent::Register() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  std::mt19937_64 rng(std::random_device{}());
-  for (int attempt = 0; !shutdown_.HasBeenNotified(); ++attempt) {
-    grpc::ClientContext context;
-    SetTimeout(&context, std::chrono::seconds(5));
-    v1::RegisterWorkerRequest request;
-    request.set_hostname(host);
-    request.set_device(options_.device);
-    v1::RegisterWorkerResponse response;
-    grpc::Status s = stub_->RegisterWorker(&context, request, &response);
-    if (s.ok()) {
-      absl::MutexLock lock(&mu_);
-      worker_id_ = response.worker_id();
-      interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
-      std::cerr << "fulcrum-worker: registered as " << worker_id_ << " ("
-                << backend_->Name() << ")\n";
-      return true;
-    }
-    std::cerr << "fulcrum-worker: register failed (" << s.error_message()
-              << "), retrying\n";
-    const auto wait = Backoff(attempt, std::chrono::milliseconds(100),
-                              std::chrono::milliseconds(2000), rng());
-    if (shutdown_.WaitForNotificationWithTimeout(absl::FromChrono(wait)))
-      return false;
-  }
-  return false;
+  v1::RegisterWorkerRequest request;
+  request.set_hostname(host);
+  request.set_device(options_.device);
+  v1::RegisterWorkerResponse response;
+  RetryOptions retry;
+  retry.retry_all = true;  // keep trying until the coordinator takes us
+  grpc::Status s = RetryWithBackoff(
+      [&] {
+        grpc::ClientContext context;
+        SetTimeout(&context, std::chrono::seconds(5));
+        return stub_->RegisterWorker(&context, request, &response);
+      },
+      retry, &shutdown_,
+      [](const grpc::Status& failed) {
+        std::cerr << "fulcrum-worker: register failed ("
+                  << failed.error_message() << "), retrying\n";
+      });
+  if (!s.ok()) return false;
+  absl::MutexLock lock(&mu_);
+  worker_id_ = response.worker_id();
+  interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
+  std::cerr << "fulcrum-worker: registered as " << worker_id_ << " ("
+            << backend_->Name() << ")\n";
+  return true;
 }
 
 void WorkerAgent::HeartbeatLoop() {
@@ -119,19 +118,19 @@ void WorkerAgent::Report(const v1::Progress& progress,
   *request.mutable_progress() = progress;
   request.set_done(error.empty());
   request.set_error(error);
-  std::mt19937_64 rng(std::random_device{}());
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    grpc::ClientContext context;
-    SetTimeout(&context, std::chrono::seconds(5));
-    v1::ReportProgressResponse response;
-    grpc::Status s = stub_->ReportProgress(&context, request, &response);
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return;
-    }
-    absl::SleepFor(
-        absl::FromChrono(Backoff(attempt, std::chrono::milliseconds(100),
-                                 std::chrono::milliseconds(2000), rng())));
+  RetryOptions retry;
+  retry.max_attempts = 5;
+  grpc::Status s = RetryWithBackoff(
+      [&] {
+        grpc::ClientContext context;
+        SetTimeout(&context, std::chrono::seconds(5));
+        v1::ReportProgressResponse response;
+        return stub_->ReportProgress(&context, request, &response);
+      },
+      retry, nullptr);
+  if (!s.ok()) {
+    std::cerr << "fulcrum-worker: could not report the outcome of "
+              << request.job_id() << ": " << s.error_message() << "\n";
   }
 }
 

@@ -328,7 +328,7 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
     w.progress = request.progress();
   v1::WorkerHeartbeatResponse response;
   if (w.job_id.empty()) return response;
-  Job& job = jobs_[w.job_id];
+  Job& job = jobs_.at(w.job_id);  // a worker's job always exists
   if (Terminal(job.status.state()) && request.job_id() != w.job_id) {
     w.job_id.clear();  // the worker has let go of the finished job
     return response;

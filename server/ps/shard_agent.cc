@@ -1,10 +1,10 @@
 #include "server/ps/shard_agent.h"
 
 #include <iostream>
-#include <random>
 #include <set>
 
 #include "common/net/grpc_options.h"
+#include "common/net/retry.h"
 
 namespace fulcrum {
 
@@ -35,28 +35,27 @@ void ShardAgent::Stop() {
 }
 
 bool ShardAgent::Register() {
-  std::mt19937_64 rng(std::random_device{}());
-  for (int attempt = 0; !stop_.HasBeenNotified(); ++attempt) {
-    grpc::ClientContext context;
-    SetTimeout(&context, std::chrono::seconds(5));
-    v1::RegisterShardRequest request;
-    request.set_address(advertise_address_);
-    v1::RegisterShardResponse response;
-    grpc::Status s = stub_->RegisterShard(&context, request, &response);
-    if (s.ok()) {
-      shard_id_ = response.shard_id();
-      interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
-      std::cerr << "fulcrum-server: registered as " << shard_id_ << "\n";
-      return true;
-    }
-    std::cerr << "fulcrum-server: register failed (" << s.error_message()
-              << "), retrying\n";
-    const auto wait = Backoff(attempt, std::chrono::milliseconds(100),
-                              std::chrono::milliseconds(2000), rng());
-    if (stop_.WaitForNotificationWithTimeout(absl::FromChrono(wait)))
-      return false;
-  }
-  return false;
+  v1::RegisterShardRequest request;
+  request.set_address(advertise_address_);
+  v1::RegisterShardResponse response;
+  RetryOptions retry;
+  retry.retry_all = true;  // keep trying until the coordinator takes us
+  grpc::Status s = RetryWithBackoff(
+      [&] {
+        grpc::ClientContext context;
+        SetTimeout(&context, std::chrono::seconds(5));
+        return stub_->RegisterShard(&context, request, &response);
+      },
+      retry, &stop_,
+      [](const grpc::Status& failed) {
+        std::cerr << "fulcrum-server: register failed ("
+                  << failed.error_message() << "), retrying\n";
+      });
+  if (!s.ok()) return false;
+  shard_id_ = response.shard_id();
+  interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
+  std::cerr << "fulcrum-server: registered as " << shard_id_ << "\n";
+  return true;
 }
 
 void ShardAgent::Run() {

@@ -284,22 +284,31 @@ void JobShard::End() {
   }
 }
 
+namespace {
+
+// Whether an existing job was created by an identical InitJob.
+absl::Status SameInit(const JobInit& have, const JobInit& want) {
+  if (have.spec.SerializeAsString() != want.spec.SerializeAsString() ||
+      have.shard_index != want.shard_index ||
+      have.num_shards != want.num_shards ||
+      have.generation != want.generation || have.workers != want.workers) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", want.job_id,
+                     " is already initialised here with another spec, "
+                     "placement or membership"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::InitJob(
     const JobInit& init) {
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(init.job_id);
     if (it != jobs_.end()) {
-      const JobInit& have = it->second->init();
-      if (have.spec.SerializeAsString() != init.spec.SerializeAsString() ||
-          have.shard_index != init.shard_index ||
-          have.num_shards != init.num_shards ||
-          have.generation != init.generation || have.workers != init.workers) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("job ", init.job_id,
-                         " is already initialised here with another spec, "
-                         "placement or membership"));
-      }
+      RETURN_IF_ERROR(SameInit(it->second->init(), init));
       return it->second;
     }
   }
@@ -307,6 +316,8 @@ absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::InitJob(
   ASSIGN_OR_RETURN(std::unique_ptr<JobShard> created, JobShard::Create(init));
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = jobs_.emplace(init.job_id, std::move(created));
+  if (!inserted)
+    RETURN_IF_ERROR(SameInit(it->second->init(), init));  // lost a race
   return it->second;
 }
 
@@ -322,8 +333,22 @@ absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::Find(
 }
 
 void ParameterShard::EndJob(const std::string& job_id) {
-  absl::StatusOr<std::shared_ptr<JobShard>> job = Find(job_id);
-  if (job.ok()) (*job)->End();
+  std::shared_ptr<JobShard> evicted;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end() || it->second->ended()) return;
+    it->second->End();
+    ended_.push_back(job_id);
+    if (ended_.size() > kKeepEnded) {
+      auto old = jobs_.find(ended_.front());
+      if (old != jobs_.end()) {
+        evicted = std::move(old->second);
+        jobs_.erase(old);
+      }
+      ended_.pop_front();
+    }
+  }
 }
 
 void ParameterShard::ForgetJob(const std::string& job_id) {
@@ -334,6 +359,8 @@ void ParameterShard::ForgetJob(const std::string& job_id) {
     if (it == jobs_.end()) return;
     job = std::move(it->second);
     jobs_.erase(it);
+    ended_.erase(std::remove(ended_.begin(), ended_.end(), job_id),
+                 ended_.end());
   }
   job->End();
 }

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -111,14 +112,17 @@ class JobShard {
 // All jobs on this shard process.
 class ParameterShard {
  public:
+  static constexpr size_t kKeepEnded = 8;
+
   // Creates the job's partitions, or confirms an identical earlier InitJob.
   // FAILED_PRECONDITION if the job exists with another spec or placement.
   absl::StatusOr<std::shared_ptr<JobShard>> InitJob(const JobInit& init);
   // NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<JobShard>> Find(
       const std::string& job_id) const;
-  // Ends the job's waits and pushes; its parameters stay readable until
-  // ForgetJob. Unknown jobs are fine (idempotent).
+  // Ends the job's waits and pushes. Its parameters stay readable (Pull)
+  // until ForgetJob, or until kKeepEnded later jobs have ended. Unknown or
+  // already ended jobs are fine (idempotent).
   void EndJob(const std::string& job_id);
   void ForgetJob(const std::string& job_id);
   std::vector<std::string> JobIds() const;
@@ -126,6 +130,7 @@ class ParameterShard {
  private:
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<JobShard>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);  // oldest first
 };
 
 }  // namespace fulcrum

@@ -220,5 +220,23 @@ TEST(ParameterShardTest, InitIsIdempotentAndChecksSpec) {
   EXPECT_EQ(shard.Find("job-1").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(ParameterShardTest, KeepsOnlyTheLastEndedJobs) {
+  ParameterShard shard;
+  const int jobs = ParameterShard::kKeepEnded + 2;
+  for (int i = 0; i < jobs; ++i) {
+    JobInit init = TinyJob({"a"});
+    init.job_id = "job-" + std::to_string(i);
+    ASSERT_TRUE(shard.InitJob(init).ok());
+    shard.EndJob(init.job_id);
+    shard.EndJob(init.job_id);  // idempotent: counted once
+  }
+  EXPECT_EQ(shard.JobIds().size(), ParameterShard::kKeepEnded);
+  EXPECT_EQ(shard.Find("job-0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(shard.Find("job-1").status().code(), absl::StatusCode::kNotFound);
+  auto last = shard.Find("job-" + std::to_string(jobs - 1));
+  ASSERT_TRUE(last.ok());
+  EXPECT_TRUE((*last)->ended());
+}
+
 }  // namespace
 }  // namespace fulcrum
