@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/net/allocator.h"
 #include "common/net/signals.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/worker_agent.h"
@@ -16,6 +17,7 @@ ABSL_FLAG(int, max_jobs, 0,
           "exit after training this many jobs (0: serve until stopped)");
 
 int main(int argc, char** argv) {
+  fulcrum::TuneAllocatorForLargeMessages();
   fulcrum::BlockTerminationSignals();
   absl::ParseCommandLine(argc, argv);
   const std::string device = absl::GetFlag(FLAGS_device);

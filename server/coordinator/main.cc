@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/synchronization/notification.h"
 #include "common/net/grpc_options.h"
+#include "common/net/allocator.h"
 #include "common/net/signals.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/service.h"
@@ -27,6 +28,7 @@ ABSL_FLAG(int64_t, start_grace_ms, 1000,
           "once workers.min are idle, wait this long for up to workers.max");
 
 int main(int argc, char** argv) {
+  fulcrum::TuneAllocatorForLargeMessages();
   fulcrum::BlockTerminationSignals();
   absl::ParseCommandLine(argc, argv);
   fulcrum::GrpcShardControl shard_control;

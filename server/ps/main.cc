@@ -8,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/net/grpc_options.h"
+#include "common/net/allocator.h"
 #include "common/net/signals.h"
 #include "server/ps/service.h"
 #include "server/ps/shard_agent.h"
@@ -23,6 +24,7 @@ ABSL_FLAG(int64_t, step_timeout_s, 300,
           "longest a step waits for the other workers");
 
 int main(int argc, char** argv) {
+  fulcrum::TuneAllocatorForLargeMessages();
   fulcrum::BlockTerminationSignals();
   absl::ParseCommandLine(argc, argv);
   fulcrum::ParameterShard shard;
