@@ -26,6 +26,10 @@ std::string ProgressLine(const v1::JobStatus& s) {
     absl::StrAppendFormat(&line, " acc %.4f@%d", p.test_accuracy(),
                           p.evaluated_step());
   }
+  if (p.step() > 0) {
+    absl::StrAppendFormat(&line, " step %.1f+%.1fms", p.step_compute_ms(),
+                          p.step_wait_ms());
+  }
   absl::StrAppendFormat(&line, " %.0f samples/s workers %d/%d",
                         p.samples_per_sec(), s.live_workers(),
                         s.workers_size());

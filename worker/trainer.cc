@@ -152,6 +152,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
       EpochOrder(spec.seed(), epoch, n, &order);
       epoch_loaded = epoch;
     }
+    const auto step_start = std::chrono::steady_clock::now();
     const Share share =
         WorkerShare(n, step % per_epoch, a.rank, a.world_size, batch);
     const bool stop = stop_next || (sink != nullptr && sink->Cancelled());
@@ -183,10 +184,22 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
         client.Push(id, step, 0, grads.data(), stop);
       }
     }
+    const auto computed = std::chrono::steady_clock::now();
     bool stop_seen = false;
     absl::Status s = client.WaitForVersion(
         step + 1, absl::Now() + options_.step_timeout, &stop_seen);
     if (!s.ok()) return s;
+    const auto received = std::chrono::steady_clock::now();
+    const double compute_ms =
+        std::chrono::duration<double, std::milli>(computed - step_start)
+            .count();
+    const double wait_ms =
+        std::chrono::duration<double, std::milli>(received - computed).count();
+    const double keep = step == version ? 0.0 : 0.95;
+    progress.set_step_compute_ms(keep * progress.step_compute_ms() +
+                                 (1 - keep) * compute_ms);
+    progress.set_step_wait_ms(keep * progress.step_wait_ms() +
+                              (1 - keep) * wait_ms);
     backend_->CopyToDevice(params.data(), params_dev.get(), total);
     stopped = stop_seen;
 
