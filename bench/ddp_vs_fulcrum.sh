@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Fulcrum sync training vs PyTorch DDP (gloo) on the same machine, same work:
+# MLP 784-256-128-10 on Fashion-MNIST, batch 64 per worker, momentum SGD,
+# W workers (default 2). Runs the two alternately R times and prints one
+# table of steady-state samples/s with the ratio.
+#
+#   bench/ddp_vs_fulcrum.sh [--workers W] [--shards S] [--runs R] [--steps N]
+#
+# Steady state: DDP times steps after a 200-step warm-up inside the run.
+# Fulcrum runs a 200-step job and an N-step job on the same cluster and
+# divides the extra samples by the extra time, so start-up, data loading and
+# the final evaluation cancel out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+workers=2 shards=2 runs=3 steps=2000 warm=200
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) workers=$2; shift 2 ;;
+    --shards) shards=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+bash tools/setup.sh
+# The peer (bench only): Debian's PyTorch 1.13.
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  apt-get install -y -qq --no-install-recommends python3-torch python3-numpy >/dev/null
+fi
+bazel build --noshow_progress //server/coordinator:fulcrum-coordinator \
+  //server/ps:fulcrum-server //worker:fulcrum-worker //client:fulcrumctl
+bin=$(bazel info bazel-bin 2>/dev/null)
+bazel shutdown
+
+run=.fulcrum/bench
+rm -rf "$run"; mkdir -p "$run"
+pids=()
+cleanup() { [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null || true; }
+trap cleanup EXIT
+"$bin/server/coordinator/fulcrum-coordinator" --listen=127.0.0.1:0 \
+  --port_file="$run/port" --heartbeat_ms=200 2>"$run/coordinator.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$run/port" ] && break; sleep 0.1; done
+coord=127.0.0.1:$(cat "$run/port")
+for i in $(seq "$shards"); do
+  "$bin/server/ps/fulcrum-server" --listen=127.0.0.1:0 --coordinator="$coord" 2>"$run/shard-$i.log" &
+  pids+=($!)
+done
+for i in $(seq "$workers"); do
+  "$bin/worker/fulcrum-worker" --coordinator="$coord" 2>"$run/worker-$i.log" &
+  pids+=($!)
+done
+ctl() { "$bin/client/fulcrumctl" --coordinator="$coord" "$@"; }
+
+# Runs a job of $1 steps; prints its training seconds (coordinator clock).
+fulcrum_job() {
+  cat > "$run/job.yaml" <<YAML
+name: bench
+model: {type: mlp, layers: [784, 256, 128, 10]}
+dataset: {format: idx, dir: /usr/share/datasets/fashion-mnist}
+optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
+batch_size: 64
+epochs: 100
+workers: {min: $workers, max: $workers}
+shards: $shards
+seed: 1
+eval_every_steps: 1000000
+max_steps: $1
+YAML
+  local id
+  id=$(ctl submit "$run/job.yaml")
+  ctl status "$id" --watch >/dev/null
+  ctl status "$id" --json | /usr/bin/python3 -c \
+    'import json,sys; j=json.load(sys.stdin); print(j["end_time_unix"]-j["start_time_unix"], j["progress"]["test_accuracy"])'
+}
+
+fulcrum_job 50 >/dev/null  # loads the data into the workers' caches
+printf "%-4s %14s %14s %8s %10s %10s\n" run "fulcrum smp/s" "ddp smp/s" ratio "fulcrum acc" "ddp acc"
+results=()
+for r in $(seq "$runs"); do
+  read -r t_short _ < <(fulcrum_job "$warm")
+  read -r t_long f_acc < <(fulcrum_job "$steps")
+  f_rate=$(/usr/bin/python3 -c "print(($steps-$warm)*64*$workers/($t_long-$t_short))")
+  ddp=$(/usr/bin/python3 bench/ddp_peer.py --world "$workers" --steps "$steps" --warmup "$warm")
+  d_rate=$(echo "$ddp" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["samples_per_sec"])')
+  d_acc=$(echo "$ddp" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
+  ratio=$(/usr/bin/python3 -c "print($f_rate/$d_rate)")
+  results+=("$ratio")
+  printf "%-4s %14.0f %14.0f %8.2f %10.4f %10.4f\n" "$r" "$f_rate" "$d_rate" "$ratio" "$f_acc" "$d_acc"
+done
+median=$(printf "%s\n" "${results[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+echo "median ratio fulcrum/ddp: $median  (workers $workers, shards $shards, $steps steps, batch 64/worker)"
