@@ -3,47 +3,17 @@
 // worker with batch W*b (to float tolerance), whatever the number of shards.
 // Real shards (gRPC services on loopback ports) and real trainers, in one
 // process.
-#include <grpcpp/server.h>
-#include <grpcpp/server_builder.h>
-
 #include <cmath>
-#include <memory>
-#include <thread>
 #include <vector>
 
 #include "common/config/job_spec.h"
-#include "common/net/grpc_options.h"
+#include "common/tensor/layout.h"
 #include "common/testing/synthetic_idx.h"
 #include "gtest/gtest.h"
-#include "server/ps/service.h"
-#include "server/ps/shard_core.h"
-#include "worker/backend/cpu_backend.h"
-#include "worker/trainer.h"
+#include "tests/in_process_cluster.h"
 
 namespace fulcrum {
 namespace {
-
-struct ShardServer {
-  ParameterShard core;
-  std::unique_ptr<ParameterServerService> service;
-  std::unique_ptr<grpc::Server> server;
-  std::string address;
-};
-
-std::unique_ptr<ShardServer> StartShard() {
-  auto s = std::make_unique<ShardServer>();
-  s->service = std::make_unique<ParameterServerService>(
-      &s->core, ParameterServerService::Options{absl::Seconds(60)});
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  ConfigureServer(&builder);
-  builder.RegisterService(s->service.get());
-  s->server = builder.BuildAndStart();
-  s->address = "127.0.0.1:" + std::to_string(port);
-  return s;
-}
 
 const std::string& DataDir() {
   static const std::string dir = [] {
@@ -77,35 +47,19 @@ v1::JobSpec Spec(int batch, int shards) {
   return spec;
 }
 
-// Trains `workers` x `batch` for 20 steps on `shards` shards; returns every
-// worker's final parameters.
+// Every worker's final parameters after 20 steps.
 std::vector<std::vector<float>> Train(int workers, int batch, int shards) {
-  std::vector<std::unique_ptr<ShardServer>> servers;
-  std::vector<std::string> addresses, ids;
-  for (int w = 0; w < workers; ++w) ids.push_back("w" + std::to_string(w));
   const v1::JobSpec spec = Spec(batch, shards);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
-  for (int s = 0; s < shards; ++s) {
-    servers.push_back(StartShard());
-    addresses.push_back(servers.back()->address);
-    JobInit init{"job", spec, s, shards, 1, ids};
-    EXPECT_TRUE(servers.back()->core.InitJob(init).ok());
-  }
-  std::vector<std::vector<float>> params(workers);
-  std::vector<std::thread> threads;
+  testing::TrainRun run = testing::TrainInProcess(spec, workers);
+  std::vector<std::vector<float>> params;
   for (int w = 0; w < workers; ++w) {
-    threads.emplace_back([&, w] {
-      CpuBackend backend;
-      Trainer trainer(&backend, {ids[w], absl::Seconds(60), 100});
-      Assignment a{"job", spec, w, workers, 1, addresses};
-      absl::StatusOr<TrainResult> r = trainer.Run(a, nullptr);
-      ASSERT_TRUE(r.ok()) << r.status();
-      EXPECT_EQ(r->progress.step(), 20);
-      params[w] = std::move(r->params);
-    });
+    EXPECT_EQ(run.errors[w], "") << "worker " << w;
+    EXPECT_EQ(run.results[w].progress.step(), 20);
+    params.push_back(std::move(run.results[w].params));
   }
-  for (auto& t : threads) t.join();
-  for (auto& s : servers) s->server->Shutdown(std::chrono::system_clock::now());
+  for (const StalenessStats& s : run.staleness)
+    EXPECT_EQ(s.max, 0) << "sync reads are fresh";
   return params;
 }
 
@@ -147,7 +101,7 @@ TEST_P(SyncEquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorkersAndShards, SyncEquivalenceTest,
-                         ::testing::Combine(::testing::Values(2, 4),
+                         ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values(1, 2, 3)));
 
 }  // namespace

@@ -13,6 +13,11 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
 ABSL_FLAG(std::string, device, "auto",
           "cpu | auto (this build has the CPU backend only)");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads for the CPU backend");
+ABSL_FLAG(
+    int, inject_step_delay_ms, 0,
+    "straggler injection: sleep this long every step (tests, benchmarks)");
+ABSL_FLAG(int, inject_step_jitter_ms, 0,
+          "straggler injection: plus a uniform random [0, this) ms every step");
 ABSL_FLAG(int, max_jobs, 0,
           "exit after training this many jobs (0: serve until stopped)");
 
@@ -28,9 +33,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   fulcrum::CpuBackend backend(absl::GetFlag(FLAGS_threads));
-  fulcrum::WorkerAgent agent(
-      {absl::GetFlag(FLAGS_coordinator), "cpu", absl::GetFlag(FLAGS_max_jobs)},
-      &backend);
+  fulcrum::WorkerAgent::Options options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.device = "cpu";
+  options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.step_delay =
+      absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms));
+  options.step_delay_jitter =
+      absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_jitter_ms));
+  fulcrum::WorkerAgent agent(options, &backend);
   std::thread signals([&agent] {
     fulcrum::WaitForTerminationSignal();
     agent.Shutdown();

@@ -45,7 +45,7 @@ absl::StatusOr<int64_t> PsClient::Connect() {
   const size_t n = layout_->partitions().size();
   {
     absl::MutexLock lock(&mu_);
-    version_.assign(n, -1);
+    clock_.assign(n, -1);
     received_.assign(n, 0);
     stop_.assign(n, 0);
   }
@@ -82,20 +82,20 @@ absl::StatusOr<int64_t> PsClient::Connect() {
     s->receiver = std::thread([this, raw] { ReceiveLoop(raw); });
     s->sender = std::thread([this, raw] { SendLoop(raw); });
   }
-  // Initial parameters: every partition at some version, all the same.
+  // Initial parameters: every partition answered, all at the same clock.
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   absl::MutexLock lock(&mu_);
   for (;;) {
     if (!error_.ok()) return error_;
     int64_t lo = INT64_MAX, hi = -1;
-    for (int64_t v : version_) {
+    for (int64_t v : clock_) {
       lo = std::min(lo, v);
       hi = std::max(hi, v);
     }
     if (lo >= 0) {
       if (lo != hi) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "shards disagree on the parameter version (", lo, " vs ", hi, ")"));
+            "shards disagree on the starting clock (", lo, " vs ", hi, ")"));
       }
       return lo;
     }
@@ -159,7 +159,7 @@ void PsClient::ReceiveLoop(Stream* s) {
   while (s->rw->Read(&response)) {
     const v1::Params& p = response.params();
     if (p.partition() < 0 ||
-        p.partition() >= static_cast<int32_t>(version_.size()) ||
+        p.partition() >= static_cast<int32_t>(clock_.size()) ||
         stream_of_partition_[p.partition()] < 0 ||
         streams_[stream_of_partition_[p.partition()]].get() != s) {
       Fail(absl::InternalError(absl::StrCat(
@@ -183,7 +183,7 @@ void PsClient::ReceiveLoop(Stream* s) {
     received_[p.partition()] += n;
     if (received_[p.partition()] >= part.size) {
       received_[p.partition()] = 0;
-      version_[p.partition()] = p.version();
+      clock_[p.partition()] = p.clock();
       stop_[p.partition()] = p.stop();
       changed_.SignalAll();
     }
@@ -203,18 +203,18 @@ void PsClient::Fail(const absl::Status& status) {
   changed_.SignalAll();
 }
 
-absl::Status PsClient::WaitForVersion(int64_t version, absl::Time deadline,
-                                      bool* stop) {
+absl::Status PsClient::WaitForClock(int64_t clock, absl::Time deadline,
+                                    bool* stop) {
   absl::MutexLock lock(&mu_);
   for (;;) {
     if (!error_.ok()) return error_;
     if (cancelled_) return absl::CancelledError("cancelled");
     bool all = true;
-    for (int64_t v : version_) all = all && v >= version;
+    for (int64_t v : clock_) all = all && v >= clock;
     if (all) break;
     if (changed_.WaitWithDeadline(&mu_, deadline)) {
       return absl::DeadlineExceededError(
-          absl::StrCat("timed out waiting for parameter version ", version));
+          absl::StrCat("timed out waiting for the parameters of step ", clock));
     }
   }
   *stop = false;

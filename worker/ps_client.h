@@ -4,7 +4,7 @@
 // the rest of backward); a receiver thread per stream writes arriving
 // parameters straight into the model's flat parameter buffer.
 //
-// Thread safety: Push*/WaitForVersion are called from the training thread
+// Thread safety: Push*/WaitForClock are called from the training thread
 // only; the internal threads are owned here (started in Connect, joined in
 // Close or the destructor).
 #ifndef FULCRUM_WORKER_PS_CLIENT_H_
@@ -41,18 +41,19 @@ class PsClient {
   ~PsClient();
 
   // Opens the streams and waits until every partition's current values have
-  // arrived in `params`. Returns the version they are at.
+  // arrived in `params`. Returns their clock: the step to compute next.
   absl::StatusOr<int64_t> Connect();
 
   // Queues the push of partition `id`'s gradient (read from `grads`, which
-  // must stay unchanged until the next WaitForVersion returns) for `step`.
+  // must stay unchanged until the next WaitForClock returns) for `step`.
   // samples = 0 sends an empty push (this worker had no data this step).
   void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
             bool stop);
 
-  // Waits until every partition is at `version` or newer. *stop is set when
-  // a worker asked to stop at this version.
-  absl::Status WaitForVersion(int64_t version, absl::Time deadline, bool* stop);
+  // Waits until every partition has arrived for reading at `clock` (the
+  // parameters to compute step `clock` with; in sync mode exactly version
+  // `clock`). *stop is set when a worker asked everyone to stop.
+  absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop);
 
   // Half-closes the streams and collects their final status.
   absl::Status Close();
@@ -75,7 +76,8 @@ class PsClient {
 
   absl::Mutex mu_;
   absl::CondVar changed_;
-  std::vector<int64_t> version_ ABSL_GUARDED_BY(mu_);  // per partition
+  std::vector<int64_t> clock_
+      ABSL_GUARDED_BY(mu_);  // per partition: last read answered
   std::vector<int64_t> received_
       ABSL_GUARDED_BY(mu_);  // elements of the next version
   std::vector<uint8_t> stop_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -133,6 +134,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
   TrainResult result;
   v1::Progress& progress = result.progress;
   progress.set_total_steps(last_step);
+  std::mt19937_64 delay_rng(options_.delay_seed);
   int64_t epoch_loaded = -1;
   bool stop_next = false, stopped = false;
   double loss_avg = 0;
@@ -184,9 +186,16 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
         client.Push(id, step, 0, grads.data(), stop);
       }
     }
+    if (options_.step_delay > absl::ZeroDuration() ||
+        options_.step_delay_jitter > absl::ZeroDuration()) {
+      absl::SleepFor(
+          options_.step_delay +
+          options_.step_delay_jitter *
+              std::uniform_real_distribution<double>(0.0, 1.0)(delay_rng));
+    }
     const auto computed = std::chrono::steady_clock::now();
     bool stop_seen = false;
-    absl::Status s = client.WaitForVersion(
+    absl::Status s = client.WaitForClock(
         step + 1, absl::Now() + options_.step_timeout, &stop_seen);
     if (!s.ok()) return s;
     const auto received = std::chrono::steady_clock::now();

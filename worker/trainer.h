@@ -52,6 +52,11 @@ class Trainer {
     std::string worker_id;
     absl::Duration step_timeout = absl::Minutes(5);
     int eval_batch = 1000;
+    // Straggler injection for tests and benchmarks: every step sleeps
+    // step_delay plus a uniform draw from [0, step_delay_jitter).
+    absl::Duration step_delay = absl::ZeroDuration();
+    absl::Duration step_delay_jitter = absl::ZeroDuration();
+    uint64_t delay_seed = 1;
   };
 
   // `backend` is not owned and must outlive the trainer.

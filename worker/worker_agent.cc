@@ -137,10 +137,16 @@ void WorkerAgent::Report(const v1::Progress& progress,
 int WorkerAgent::Run() {
   if (!Register()) return 0;
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
-  Trainer trainer(backend_, {[this] {
-                    absl::MutexLock lock(&mu_);
-                    return worker_id_;
-                  }()});
+  Trainer::Options trainer_options;
+  {
+    absl::MutexLock lock(&mu_);
+    trainer_options.worker_id = worker_id_;
+  }
+  trainer_options.step_delay = options_.step_delay;
+  trainer_options.step_delay_jitter = options_.step_delay_jitter;
+  trainer_options.delay_seed =
+      std::hash<std::string>()(trainer_options.worker_id);
+  Trainer trainer(backend_, trainer_options);
   int jobs = 0;
   while (!shutdown_.HasBeenNotified()) {
     v1::WorkerAssignment a;

@@ -24,6 +24,8 @@ class WorkerAgent : public ProgressSink {
     std::string coordinator = "127.0.0.1:7070";
     std::string device = "cpu";
     int max_jobs = 0;  // exit after this many jobs; 0 = serve forever
+    absl::Duration step_delay = absl::ZeroDuration();  // straggler injection
+    absl::Duration step_delay_jitter = absl::ZeroDuration();
   };
   // `backend` is not owned and must outlive the agent.
   WorkerAgent(Options options, Backend* backend);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
 namespace fulcrum {
@@ -116,6 +117,30 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
        Scalar<double>("a number", [o](double v) { o->set_momentum(v); })},
       {"weight_decay",
        Scalar<double>("a number", [o](double v) { o->set_weight_decay(v); })},
+      {"beta1", Scalar<double>("a number", [o](double v) { o->set_beta1(v); })},
+      {"beta2", Scalar<double>("a number", [o](double v) { o->set_beta2(v); })},
+      {"eps", Scalar<double>("a number", [o](double v) { o->set_eps(v); })},
+      {"schedule",
+       [o](const YAML::Node& n, const std::string& f) {
+         auto* sc = o->mutable_schedule();
+         const std::map<std::string, Handler> schedule = {
+             {"type", Str(sc->mutable_type())},
+             {"warmup_steps",
+              Scalar<int64_t>("an integer",
+                              [sc](int64_t v) { sc->set_warmup_steps(v); })},
+             {"step_size",
+              Scalar<int64_t>("an integer",
+                              [sc](int64_t v) { sc->set_step_size(v); })},
+             {"gamma",
+              Scalar<double>("a number", [sc](double v) { sc->set_gamma(v); })},
+             {"total_steps",
+              Scalar<int64_t>("an integer",
+                              [sc](int64_t v) { sc->set_total_steps(v); })},
+             {"min_lr", Scalar<double>("a number",
+                                       [sc](double v) { sc->set_min_lr(v); })},
+         };
+         return ReadMap(n, f, schedule);
+       }},
   };
   const std::map<std::string, Handler> consistency = {
       {"mode", Str(c->mutable_mode())},
@@ -175,6 +200,114 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
   return ReadMap(root, "", top);
 }
 
+template <typename T>
+std::string Got(T v) {
+  return absl::StrCat(", got ", v);
+}
+
+absl::Status ValidateSchedule(const v1::OptimizerSpec& o) {
+  const v1::ScheduleSpec& s = o.schedule();
+  const std::string& t = s.type();
+  if (t != "constant" && t != "step" && t != "cosine") {
+    return Bad(
+        "optimizer.schedule.type",
+        absl::StrCat("must be one of [constant, step, cosine], got '", t, "'"));
+  }
+  if (s.warmup_steps() < 0) {
+    return Bad("optimizer.schedule.warmup_steps",
+               absl::StrCat("must be >= 0", Got(s.warmup_steps())));
+  }
+  if (t == "step") {
+    if (s.step_size() < 1) {
+      return Bad(
+          "optimizer.schedule.step_size",
+          absl::StrCat("must be >= 1 for a step schedule", Got(s.step_size())));
+    }
+    if (!(s.gamma() > 0 && s.gamma() <= 1)) {
+      return Bad("optimizer.schedule.gamma",
+                 absl::StrCat("must be in (0, 1] for a step schedule",
+                              Got(s.gamma())));
+    }
+  }
+  if (t == "cosine") {
+    if (s.total_steps() < 1) {
+      return Bad("optimizer.schedule.total_steps",
+                 absl::StrCat("must be >= 1 for a cosine schedule",
+                              Got(s.total_steps())));
+    }
+    if (!(s.min_lr() >= 0 && s.min_lr() <= o.lr())) {
+      return Bad("optimizer.schedule.min_lr",
+                 absl::StrCat("must be in [0, optimizer.lr]", Got(s.min_lr())));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
+  const std::string& t = o.type();
+  const bool adam = t == "adam" || t == "adamw";
+  if (t != "sgd" && t != "momentum" && t != "nesterov" && !adam) {
+    return Bad(
+        "optimizer.type",
+        absl::StrCat(
+            "must be one of [sgd, momentum, nesterov, adam, adamw], got '", t,
+            "'"));
+  }
+  if (!(o.lr() > 0) || !std::isfinite(o.lr())) {
+    return Bad("optimizer.lr", absl::StrCat("must be > 0", Got(o.lr())));
+  }
+  if (!(o.momentum() >= 0 && o.momentum() < 1)) {
+    return Bad("optimizer.momentum",
+               absl::StrCat("must be in [0, 1)", Got(o.momentum())));
+  }
+  if ((t == "sgd" || adam) && o.momentum() != 0) {
+    return Bad("optimizer.momentum",
+               absl::StrCat("must be 0 for optimizer.type ", t,
+                            adam ? " (use beta1)" : " (use type momentum)"));
+  }
+  if (t == "nesterov" && o.momentum() == 0) {
+    return Bad("optimizer.momentum", "must be > 0 for optimizer.type nesterov");
+  }
+  if (!(o.weight_decay() >= 0) || !std::isfinite(o.weight_decay())) {
+    return Bad("optimizer.weight_decay",
+               absl::StrCat("must be >= 0", Got(o.weight_decay())));
+  }
+  if (!adam && (o.has_beta1() || o.has_beta2() || o.has_eps())) {
+    return Bad("optimizer.beta1",
+               "beta1/beta2/eps apply to adam and adamw only");
+  }
+  if (o.has_beta1() && !(o.beta1() >= 0 && o.beta1() < 1)) {
+    return Bad("optimizer.beta1",
+               absl::StrCat("must be in [0, 1)", Got(o.beta1())));
+  }
+  if (o.has_beta2() && !(o.beta2() >= 0 && o.beta2() < 1)) {
+    return Bad("optimizer.beta2",
+               absl::StrCat("must be in [0, 1)", Got(o.beta2())));
+  }
+  if (o.has_eps() && !(o.eps() > 0)) {
+    return Bad("optimizer.eps", absl::StrCat("must be > 0", Got(o.eps())));
+  }
+  return ValidateSchedule(o);
+}
+
+absl::Status ValidateConsistency(const v1::ConsistencySpec& c) {
+  if (c.mode() != "sync" && c.mode() != "ssp" && c.mode() != "async") {
+    return Bad("consistency.mode",
+               absl::StrCat("must be one of [sync, ssp, async], got '",
+                            c.mode(), "'"));
+  }
+  if (c.staleness() < 0 || c.staleness() > 1000) {
+    return Bad("consistency.staleness",
+               absl::StrCat("must be in [0, 1000]", Got(c.staleness())));
+  }
+  if (c.mode() != "ssp" && c.staleness() != 0) {
+    return Bad("consistency.staleness",
+               absl::StrCat("applies to mode ssp only (mode is ", c.mode(), ")",
+                            Got(c.staleness())));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
@@ -199,6 +332,8 @@ void ApplyDefaults(JobSpec* spec) {
     spec->mutable_dataset()->set_format("idx");
   if (spec->optimizer().type().empty())
     spec->mutable_optimizer()->set_type("momentum");
+  if (spec->optimizer().schedule().type().empty())
+    spec->mutable_optimizer()->mutable_schedule()->set_type("constant");
   if (spec->consistency().mode().empty())
     spec->mutable_consistency()->set_mode("sync");
   if (!spec->has_batch_size()) spec->set_batch_size(64);
@@ -250,36 +385,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (d.test_limit() < 0)
     return Bad("dataset.test_limit",
                absl::StrCat("must be >= 0", got(d.test_limit())));
-  const auto& o = spec.optimizer();
-  if (o.type() != "sgd" && o.type() != "momentum") {
-    return Bad(
-        "optimizer.type",
-        absl::StrCat("must be one of [sgd, momentum], got '", o.type(), "'"));
-  }
-  if (!(o.lr() > 0) || !std::isfinite(o.lr()))
-    return Bad("optimizer.lr", absl::StrCat("must be > 0", got(o.lr())));
-  if (!(o.momentum() >= 0 && o.momentum() < 1)) {
-    return Bad("optimizer.momentum",
-               absl::StrCat("must be in [0, 1)", got(o.momentum())));
-  }
-  if (o.type() == "sgd" && o.momentum() != 0) {
-    return Bad("optimizer.momentum",
-               "must be 0 for optimizer.type sgd (use type momentum)");
-  }
-  if (!(o.weight_decay() >= 0) || !std::isfinite(o.weight_decay())) {
-    return Bad("optimizer.weight_decay",
-               absl::StrCat("must be >= 0", got(o.weight_decay())));
-  }
-  if (spec.consistency().mode() != "sync") {
-    return Bad("consistency.mode",
-               absl::StrCat("must be one of [sync], got '",
-                            spec.consistency().mode(), "'"));
-  }
-  if (spec.consistency().staleness() != 0) {
-    return Bad("consistency.staleness",
-               absl::StrCat("must be 0 in sync mode",
-                            got(spec.consistency().staleness())));
-  }
+  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  RETURN_IF_ERROR(ValidateConsistency(spec.consistency()));
   if (spec.batch_size() < 1 || spec.batch_size() > 65536) {
     return Bad("batch_size",
                absl::StrCat("must be in [1, 65536]", got(spec.batch_size())));

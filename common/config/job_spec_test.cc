@@ -62,6 +62,29 @@ TEST(JobSpecTest, ParsesJson) {
   EXPECT_EQ(spec->consistency().mode(), "sync");
 }
 
+TEST(JobSpecTest, ParsesOptimizerSuiteAndConsistencyModes) {
+  auto spec = ParseJobSpec(std::string(kValid).replace(
+      std::string(kValid).find("optimizer:"),
+      std::string("optimizer: {type: momentum, lr: 0.05, momentum: 0.9, "
+                  "weight_decay: 0.0}")
+          .size(),
+      "optimizer: {type: adamw, lr: 0.001, beta1: 0.8, beta2: 0.99, eps: 1e-6, "
+      "weight_decay: 0.01, "
+      "schedule: {type: cosine, warmup_steps: 100, total_steps: 1000, min_lr: "
+      "0.0001}}"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(spec->optimizer().type(), "adamw");
+  EXPECT_DOUBLE_EQ(spec->optimizer().beta1(), 0.8);
+  EXPECT_DOUBLE_EQ(spec->optimizer().eps(), 1e-6);
+  EXPECT_EQ(spec->optimizer().schedule().type(), "cosine");
+  EXPECT_EQ(spec->optimizer().schedule().total_steps(), 1000);
+  for (const char* mode : {"consistency: {mode: ssp, staleness: 3}",
+                           "consistency: {mode: async}"}) {
+    EXPECT_TRUE(ErrorWith(mode).ok()) << mode << ": " << ErrorWith(mode);
+  }
+}
+
 TEST(JobSpecTest, ShippedExampleIsValid) {
   std::ifstream in("examples/fashion_mnist_mlp.yaml");
   ASSERT_TRUE(in.good());
@@ -80,7 +103,36 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"optimizer: {type: momentum, lr: -1}",
        "optimizer.lr must be > 0, got -1"},
       {"optimizer: {type: momentum, lr: 0}", "optimizer.lr must be > 0, got 0"},
-      {"optimizer: {type: adamw, lr: 0.1}", "optimizer.type must be one of"},
+      {"optimizer: {type: lamb, lr: 0.1}",
+       "optimizer.type must be one of [sgd, momentum, nesterov, adam, adamw], "
+       "got 'lamb'"},
+      {"optimizer: {type: adam, lr: 0.1, momentum: 0.9}",
+       "optimizer.momentum must be 0 for optimizer.type adam (use beta1)"},
+      {"optimizer: {type: nesterov, lr: 0.1}",
+       "optimizer.momentum must be > 0 for optimizer.type nesterov"},
+      {"optimizer: {type: adam, lr: 0.1, beta2: 1.0}",
+       "optimizer.beta2 must be in [0, 1), got 1"},
+      {"optimizer: {type: adam, lr: 0.1, eps: 0}",
+       "optimizer.eps must be > 0, got 0"},
+      {"optimizer: {type: momentum, lr: 0.1, beta1: 0.9}",
+       "beta1/beta2/eps apply to adam and adamw only"},
+      {"optimizer: {type: sgd, lr: 0.1, schedule: {type: linear}}",
+       "optimizer.schedule.type must be one of [constant, step, cosine], got "
+       "'linear'"},
+      {"optimizer: {type: sgd, lr: 0.1, schedule: {type: cosine}}",
+       "optimizer.schedule.total_steps must be >= 1 for a cosine schedule, got "
+       "0"},
+      {"optimizer: {type: sgd, lr: 0.1, schedule: {type: step, step_size: 10, "
+       "gamma: 2}}",
+       "optimizer.schedule.gamma must be in (0, 1]"},
+      {"optimizer: {type: sgd, lr: 0.1, schedule: {warmup_steps: -1}}",
+       "optimizer.schedule.warmup_steps must be >= 0, got -1"},
+      {"optimizer: {type: sgd, lr: 0.1, schedule: {bogus: 1}}",
+       "unknown field 'optimizer.schedule.bogus'"},
+      {"consistency: {mode: ssp, staleness: -1}",
+       "consistency.staleness must be in [0, 1000], got -1"},
+      {"consistency: {mode: sync, staleness: 2}",
+       "consistency.staleness applies to mode ssp only (mode is sync), got 2"},
       {"optimizer: {type: momentum, lr: abc}",
        "optimizer.lr must be a number, got 'abc'"},
       {"optimizer: {type: momentum, lr: 0.1, momentum: 1.5}",
@@ -92,7 +144,7 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"workers: {min: 0, max: 2}", "workers.min must be >= 1, got 0"},
       {"shards: 0", "shards must be in [1, 256], got 0"},
       {"consistency: {mode: bogus}",
-       "consistency.mode must be one of [sync], got 'bogus'"},
+       "consistency.mode must be one of [sync, ssp, async], got 'bogus'"},
       {"model: {type: mlp, layers: [784, -5, 10]}",
        "model.layers[1] must be in [1, 65536], got -5"},
       {"model: {type: cnn, layers: [784, 10]}",

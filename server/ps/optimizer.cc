@@ -1,28 +1,115 @@
 #include "server/ps/optimizer.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace fulcrum {
+
+double LrSchedule::At(double lr, int64_t t) const {
+  double rate = lr;
+  switch (type) {
+    case Type::kConstant:
+      break;
+    case Type::kStep:
+      rate = lr * std::pow(gamma, static_cast<double>(t / step_size));
+      break;
+    case Type::kCosine: {
+      const double progress = static_cast<double>(std::min(t, total_steps)) /
+                              static_cast<double>(total_steps);
+      rate = min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+      break;
+    }
+  }
+  if (t < warmup_steps)
+    rate *= static_cast<double>(t + 1) / static_cast<double>(warmup_steps);
+  return rate;
+}
 
 OptimizerConfig OptimizerConfig::FromSpec(const v1::OptimizerSpec& spec) {
   OptimizerConfig c;
-  c.type = spec.type() == "momentum" ? Type::kMomentum : Type::kSgd;
-  c.lr = static_cast<float>(spec.lr());
+  const std::string& t = spec.type();
+  c.type = t == "momentum"   ? Type::kMomentum
+           : t == "nesterov" ? Type::kNesterov
+           : t == "adam"     ? Type::kAdam
+           : t == "adamw"    ? Type::kAdamW
+                             : Type::kSgd;
+  c.lr = spec.lr();
   c.momentum = static_cast<float>(spec.momentum());
   c.weight_decay = static_cast<float>(spec.weight_decay());
+  if (spec.has_beta1()) c.beta1 = static_cast<float>(spec.beta1());
+  if (spec.has_beta2()) c.beta2 = static_cast<float>(spec.beta2());
+  if (spec.has_eps()) c.eps = static_cast<float>(spec.eps());
+  const v1::ScheduleSpec& s = spec.schedule();
+  c.schedule.type = s.type() == "step"     ? LrSchedule::Type::kStep
+                    : s.type() == "cosine" ? LrSchedule::Type::kCosine
+                                           : LrSchedule::Type::kConstant;
+  c.schedule.warmup_steps = s.warmup_steps();
+  c.schedule.step_size = std::max<int64_t>(1, s.step_size());
+  c.schedule.gamma = s.gamma();
+  c.schedule.total_steps = std::max<int64_t>(1, s.total_steps());
+  c.schedule.min_lr = s.min_lr();
   return c;
 }
 
-void ApplyUpdate(const OptimizerConfig& c, const float* grad, float* w,
-                 float* state, int64_t n) {
-  const float lr = c.lr, wd = c.weight_decay, mu = c.momentum;
-  if (c.type == OptimizerConfig::Type::kMomentum) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = grad[i] + wd * w[i];
-      state[i] = mu * state[i] + g;
-      w[i] -= lr * state[i];
-    }
-    return;
+int OptimizerConfig::StateSlots() const {
+  switch (type) {
+    case Type::kMomentum:
+    case Type::kNesterov:
+      return 1;
+    case Type::kAdam:
+    case Type::kAdamW:
+      return 2;
+    default:
+      return 0;
   }
-  for (int64_t i = 0; i < n; ++i) w[i] -= lr * (grad[i] + wd * w[i]);
+}
+
+void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
+                 const float* grad, float* w, float* state, int64_t n) {
+  const float lr = static_cast<float>(c.schedule.At(c.lr, step));
+  const float wd = c.weight_decay, mu = c.momentum;
+  switch (c.type) {
+    case OptimizerConfig::Type::kSgd:
+      for (int64_t i = 0; i < n; ++i) w[i] -= lr * (grad[i] + wd * w[i]);
+      return;
+    case OptimizerConfig::Type::kMomentum:
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = grad[i] + wd * w[i];
+        state[i] = mu * state[i] + g;
+        w[i] -= lr * state[i];
+      }
+      return;
+    case OptimizerConfig::Type::kNesterov:
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = grad[i] + wd * w[i];
+        state[i] = mu * state[i] + g;
+        w[i] -= lr * (g + mu * state[i]);
+      }
+      return;
+    case OptimizerConfig::Type::kAdam:
+    case OptimizerConfig::Type::kAdamW: {
+      const bool decoupled = c.type == OptimizerConfig::Type::kAdamW;
+      const double k = static_cast<double>(updates + 1);
+      const float correct1 = static_cast<float>(1.0 - std::pow(c.beta1, k));
+      const float correct2 = static_cast<float>(1.0 - std::pow(c.beta2, k));
+      const float step_size = lr / correct1;
+      const float b1 = c.beta1, b2 = c.beta2, eps = c.eps;
+      float* m = state;
+      float* v = state + n;
+      for (int64_t i = 0; i < n; ++i) {
+        float g = grad[i];
+        if (decoupled) {
+          w[i] *= 1.0f - lr * wd;
+        } else {
+          g += wd * w[i];
+        }
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        w[i] -= step_size * m[i] / (std::sqrt(v[i] / correct2) + eps);
+      }
+      return;
+    }
+  }
 }
 
 }  // namespace fulcrum

@@ -1,5 +1,5 @@
-// Server-side optimizers. Optimizer state lives only on the shard that owns
-// the partition; workers never see it.
+// Server-side optimizers and learning-rate schedules. Optimizer state lives
+// only on the shard that owns the partition; workers never see it.
 #ifndef FULCRUM_SERVER_PS_OPTIMIZER_H_
 #define FULCRUM_SERVER_PS_OPTIMIZER_H_
 
@@ -9,26 +9,48 @@
 
 namespace fulcrum {
 
-struct OptimizerConfig {
-  enum class Type { kSgd, kMomentum };
-  Type type = Type::kSgd;
-  float lr = 0.01f;
-  float momentum = 0.0f;
-  float weight_decay = 0.0f;
+struct LrSchedule {
+  enum class Type { kConstant, kStep, kCosine };
+  Type type = Type::kConstant;
+  int64_t warmup_steps = 0;
+  int64_t step_size = 1;
+  double gamma = 1.0;
+  int64_t total_steps = 1;
+  double min_lr = 0.0;
 
-  static OptimizerConfig FromSpec(const v1::OptimizerSpec& spec);
-  // Number of state floats per parameter (momentum buffer or none).
-  int StateSlots() const { return type == Type::kMomentum ? 1 : 0; }
+  // Learning rate at 0-based step t for base rate `lr`.
+  double At(double lr, int64_t t) const;
 };
 
-// One update of n parameters with the averaged gradient `grad`, with PyTorch
-// torch.optim.SGD semantics (dampening 0, not Nesterov):
-//   g = grad + weight_decay * w
-//   v = momentum * v + g          (kMomentum; v starts at 0)
-//   w = w - lr * (v or g)
-// `state` holds StateSlots() * n floats.
-void ApplyUpdate(const OptimizerConfig& config, const float* grad, float* w,
-                 float* state, int64_t n);
+struct OptimizerConfig {
+  enum class Type { kSgd, kMomentum, kNesterov, kAdam, kAdamW };
+  Type type = Type::kSgd;
+  double lr = 0.01;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  LrSchedule schedule;
+
+  // REQUIRES: spec validated (common/config/job_spec.h).
+  static OptimizerConfig FromSpec(const v1::OptimizerSpec& spec);
+  // State floats per parameter: momentum buffer (1), Adam moments (2), or 0.
+  int StateSlots() const;
+};
+
+// One update of n parameters with the averaged gradient `grad` at 0-based
+// step `step` (for the schedule); `updates` is how many updates this state
+// has seen before, for Adam's bias correction. PyTorch semantics:
+//   sgd       w -= lr (g + wd w)
+//   momentum  g += wd w; v = mu v + g; w -= lr v
+//   nesterov  g += wd w; v = mu v + g; w -= lr (g + mu v)
+//   adam      g += wd w; m = b1 m + (1-b1) g; s = b2 s + (1-b2) g^2;
+//             w -= lr m^ / (sqrt(s^) + eps), m^ = m/(1-b1^k), s^ = s/(1-b2^k)
+//   adamw     w *= 1 - lr wd; then adam without the L2 term
+// `state` holds StateSlots() * n floats, slot-major.
+void ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
+                 const float* grad, float* w, float* state, int64_t n);
 
 }  // namespace fulcrum
 

@@ -1,18 +1,22 @@
 #include "server/ps/service.h"
 
 #include <algorithm>
+#include <functional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/grpc_status.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
 
 // Sends every chunk of `partition` (current values) through `write`, reusing
 // `params` (and its buffer) across chunks.
+// `clock` < 0: answer with the partition's version (sync).
 template <typename WriteFn>
-absl::Status SendPartition(JobShard& job, int32_t partition, v1::Params* params,
-                           WriteFn write) {
+absl::Status SendPartition(JobShard& job, int32_t partition, int64_t clock,
+                           v1::Params* params, WriteFn write) {
   const int64_t size = job.PartitionSize(partition);
   for (int64_t offset = 0; offset < size; offset += job.chunk_elems()) {
     const int64_t n = std::min(job.chunk_elems(), size - offset);
@@ -27,10 +31,39 @@ absl::Status SendPartition(JobShard& job, int32_t partition, v1::Params* params,
     params->set_partition(partition);
     params->set_offset(offset);
     params->set_version(version);
+    params->set_clock(clock < 0 ? version : clock);
     params->set_stop(stop);
     params->set_encoding(v1::ENCODING_FP32);
     if (!write(*params))
       return absl::UnavailableError("peer closed the stream");
+  }
+  return absl::OkStatus();
+}
+
+// Answers a worker's read at clock c. sync: each partition as soon as its
+// version c exists (in the order the worker completed them), so the worker
+// starts applying while the shard still aggregates. ssp/async: once the
+// ClockTable's bound allows, every partition at its current values.
+template <typename WriteFn>
+absl::Status AnswerRead(JobShard& job, int64_t c,
+                        const std::vector<int32_t>& completed,
+                        absl::Time deadline,
+                        const std::function<bool()>& cancelled,
+                        v1::Params* params, WriteFn write) {
+  if (job.mode() == JobShard::Mode::kSync) {
+    for (int32_t id : completed) {
+      RETURN_IF_ERROR(job.WaitForVersion(id, c, deadline, cancelled));
+      RETURN_IF_ERROR(SendPartition(job, id, c, params, write));
+    }
+    return job.clocks()
+        .WaitForRead(c, 0, deadline, cancelled)
+        .status();  // records 0
+  }
+  RETURN_IF_ERROR(job.clocks()
+                      .WaitForRead(c, job.read_bound(), deadline, cancelled)
+                      .status());
+  for (int32_t id : job.partition_ids()) {
+    RETURN_IF_ERROR(SendPartition(job, id, c, params, write));
   }
   return absl::OkStatus();
 }
@@ -82,10 +115,18 @@ grpc::Status ParameterServerService::Stream(
       job.MemberIndex(hello.worker_id(), hello.generation());
   if (!member.ok()) return ToGrpcStatus(member.status());
 
+  // In ssp/async a worker whose stream ends has stopped training: nobody
+  // waits for its clock any more.
+  absl::Cleanup finished = [&job, m = *member] {
+    if (job.mode() != JobShard::Mode::kSync) job.clocks().Finish(m);
+  };
   v1::StreamResponse response;
   auto write = [&](const v1::Params&) { return stream->Write(response); };
+  const int64_t start_clock =
+      job.mode() == JobShard::Mode::kSync ? -1 : job.clocks().Clock(*member);
   for (int32_t id : job.partition_ids()) {
-    absl::Status s = SendPartition(job, id, response.mutable_params(), write);
+    absl::Status s =
+        SendPartition(job, id, start_clock, response.mutable_params(), write);
     if (!s.ok()) return ToGrpcStatus(s);
   }
   // Partitions this worker completed for the current step, in completion order.
@@ -117,15 +158,11 @@ grpc::Status ParameterServerService::Stream(
     if (!*finished) continue;
     completed.push_back(chunk.partition);
     if (completed.size() < job.partition_ids().size()) continue;
-    // This worker pushed its whole share: return each new version as soon
-    // as the other workers' pushes for it have been applied.
-    const absl::Time deadline = absl::Now() + options_.step_timeout;
-    for (int32_t id : completed) {
-      absl::Status s =
-          job.WaitForVersion(id, chunk.step + 1, deadline, cancelled);
-      if (s.ok()) s = SendPartition(job, id, response.mutable_params(), write);
-      if (!s.ok()) return ToGrpcStatus(s);
-    }
+    // This worker pushed its whole share of step t: answer its read at t+1.
+    absl::Status s = AnswerRead(job, chunk.step + 1, completed,
+                                absl::Now() + options_.step_timeout, cancelled,
+                                response.mutable_params(), write);
+    if (!s.ok()) return ToGrpcStatus(s);
     completed.clear();
   }
   return grpc::Status::OK;
@@ -151,7 +188,7 @@ grpc::Status ParameterServerService::Pull(
   v1::Params params;
   auto write = [writer](const v1::Params& p) { return writer->Write(p); };
   for (int32_t id : ids) {
-    absl::Status s = SendPartition(job, id, &params, write);
+    absl::Status s = SendPartition(job, id, -1, &params, write);
     if (!s.ok()) return ToGrpcStatus(s);
   }
   return grpc::Status::OK;

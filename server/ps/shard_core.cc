@@ -20,7 +20,8 @@ struct JobShard::PartitionState {
   std::vector<float> state ABSL_GUARDED_BY(mu);  // optimizer state
   std::vector<float> accum ABSL_GUARDED_BY(mu);  // sum of g_i * n_i
   int64_t version ABSL_GUARDED_BY(mu) = 0;
-  bool stop ABSL_GUARDED_BY(mu) = false;  // stop at `version`
+  int64_t updates ABSL_GUARDED_BY(mu) = 0;  // optimizer steps taken (Adam's k)
+  bool stop ABSL_GUARDED_BY(mu) = false;    // stop at `version`
   bool stop_requested ABSL_GUARDED_BY(mu) = false;
   bool ended ABSL_GUARDED_BY(mu) = false;
   // Current step's progress, per member.
@@ -30,13 +31,40 @@ struct JobShard::PartitionState {
   std::vector<uint8_t> done ABSL_GUARDED_BY(mu);
   int64_t done_count ABSL_GUARDED_BY(mu) = 0;
   int64_t total_samples ABSL_GUARDED_BY(mu) = 0;
+  // ssp/async only: each member's gradient until all its chunks arrived
+  // ([member * size + i]) and the step each member is pushing.
+  std::vector<float> staging ABSL_GUARDED_BY(mu);
+  std::vector<int64_t> member_step ABSL_GUARDED_BY(mu);
 };
 
 JobShard::JobShard(JobInit init, ParameterLayout layout)
     : init_(std::move(init)),
       layout_(std::move(layout)),
       optimizer_(OptimizerConfig::FromSpec(init_.spec.optimizer())),
-      chunk_elems_(init_.spec.chunk_bytes() / 4) {}
+      chunk_elems_(init_.spec.chunk_bytes() / 4),
+      // ssp(0) runs as sync: a read at clock c that must include every
+      // member's step c-1 is the BSP barrier, and applying on arrival would
+      // only let some readers also see other members' step-c updates.
+      mode_(init_.spec.consistency().mode() == "async" ? Mode::kAsync
+            : init_.spec.consistency().mode() == "ssp" &&
+                    init_.spec.consistency().staleness() > 0
+                ? Mode::kSsp
+                : Mode::kSync),
+      clocks_(static_cast<int>(init_.workers.size()),
+              static_cast<int>(
+                  layout_.PartitionsOfShard(init_.shard_index).size())) {}
+
+int64_t JobShard::read_bound() const {
+  switch (mode_) {
+    case Mode::kSync:
+      return 0;
+    case Mode::kSsp:
+      return init_.spec.consistency().staleness();
+    case Mode::kAsync:
+      return -1;
+  }
+  return 0;
+}
 
 JobShard::~JobShard() = default;
 
@@ -87,6 +115,10 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
     p->got_count.assign(members, 0);
     p->member_samples.assign(members, -1);
     p->done.assign(members, 0);
+    if (job->mode_ != Mode::kSync) {
+      p->staging.assign(members * p->meta.size, 0.0f);
+      p->member_step.assign(members, 0);
+    }
     job->ids_.push_back(id);
     job->slots_[id] = std::move(p);
   }
@@ -169,63 +201,117 @@ absl::StatusOr<bool> JobShard::Push(int member, const PushChunk& c) {
                      init_.shard_index, " of job ", init_.job_id));
   }
   RETURN_IF_ERROR(Validate(*p, c));
+  ASSIGN_OR_RETURN(bool finished, mode_ == Mode::kSync
+                                      ? PushSync(*p, member, c)
+                                      : PushOnArrival(*p, member, c));
+  if (c.stop && mode_ != Mode::kSync) stop_requested_ = true;
+  if (finished) clocks_.PartitionDone(member, c.step);
+  return finished;
+}
+
+absl::StatusOr<bool> JobShard::PushSync(PartitionState& p, int member,
+                                        const PushChunk& c) {
   const int64_t chunk = c.samples == 0 ? 0 : c.offset / chunk_elems_;
-  absl::MutexLock lock(&p->mu);
-  if (p->ended)
+  absl::MutexLock lock(&p.mu);
+  if (p.ended)
     return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
-  if (c.step < p->version) return false;  // a retry of an applied step
-  if (c.step > p->version) {
+  if (c.step < p.version) return false;  // a retry of an applied step
+  if (c.step > p.version) {
     return absl::FailedPreconditionError(absl::StrCat(
         "push.step ", c.step, " is ahead of partition ", c.partition,
-        " version ", p->version, " (sync mode: pull the new version first)"));
+        " version ", p.version, " (sync mode: pull the new version first)"));
   }
-  if (p->done[member] ||
-      (c.samples > 0 && p->got[member * p->num_chunks + chunk])) {
+  if (p.done[member] ||
+      (c.samples > 0 && p.got[member * p.num_chunks + chunk])) {
     return false;  // repeated chunk
   }
-  if (p->member_samples[member] >= 0 &&
-      p->member_samples[member] != c.samples) {
+  if (p.member_samples[member] >= 0 && p.member_samples[member] != c.samples) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "push.samples ", c.samples, " differs from ", p->member_samples[member],
+        "push.samples ", c.samples, " differs from ", p.member_samples[member],
         " in an earlier chunk of the same step"));
   }
-  if (p->member_samples[member] < 0) {
-    p->member_samples[member] = c.samples;
-    p->total_samples += c.samples;
+  if (p.member_samples[member] < 0) {
+    p.member_samples[member] = c.samples;
+    p.total_samples += c.samples;
   }
-  p->stop_requested |= c.stop;
+  p.stop_requested |= c.stop;
   if (c.samples > 0) {
     const float w = static_cast<float>(c.samples);
     const int64_t n = c.bytes / 4;
-    float* acc = p->accum.data() + c.offset;
+    float* acc = p.accum.data() + c.offset;
     for (int64_t i = 0; i < n; ++i) {
       float v;
       std::memcpy(&v, c.data + 4 * i, 4);
       acc[i] += v * w;
     }
-    p->got[member * p->num_chunks + chunk] = 1;
-    if (++p->got_count[member] < p->num_chunks) return false;
+    p.got[member * p.num_chunks + chunk] = 1;
+    if (++p.got_count[member] < p.num_chunks) return false;
   }
-  p->done[member] = 1;
-  if (++p->done_count < static_cast<int64_t>(p->done.size())) return true;
+  p.done[member] = 1;
+  if (++p.done_count < static_cast<int64_t>(p.done.size())) return true;
   // Every member has pushed: apply the averaged gradient.
-  if (p->total_samples > 0) {
-    const float inv = 1.0f / static_cast<float>(p->total_samples);
-    for (float& a : p->accum) a *= inv;
-    ApplyUpdate(optimizer_, p->accum.data(), p->params.data(), p->state.data(),
-                p->meta.size);
-    std::fill(p->accum.begin(), p->accum.end(), 0.0f);
+  if (p.total_samples > 0) {
+    const float inv = 1.0f / static_cast<float>(p.total_samples);
+    for (float& a : p.accum) a *= inv;
+    ApplyUpdate(optimizer_, p.version, p.updates++, p.accum.data(),
+                p.params.data(), p.state.data(), p.meta.size);
+    std::fill(p.accum.begin(), p.accum.end(), 0.0f);
   }
-  ++p->version;
-  p->stop = p->stop_requested;
-  p->stop_requested = false;
-  std::fill(p->got.begin(), p->got.end(), 0);
-  std::fill(p->got_count.begin(), p->got_count.end(), 0);
-  std::fill(p->member_samples.begin(), p->member_samples.end(), -1);
-  std::fill(p->done.begin(), p->done.end(), 0);
-  p->done_count = 0;
-  p->total_samples = 0;
-  p->changed.SignalAll();
+  ++p.version;
+  p.stop = p.stop_requested;
+  p.stop_requested = false;
+  std::fill(p.got.begin(), p.got.end(), 0);
+  std::fill(p.got_count.begin(), p.got_count.end(), 0);
+  std::fill(p.member_samples.begin(), p.member_samples.end(), -1);
+  std::fill(p.done.begin(), p.done.end(), 0);
+  p.done_count = 0;
+  p.total_samples = 0;
+  p.changed.SignalAll();
+  return true;
+}
+
+absl::StatusOr<bool> JobShard::PushOnArrival(PartitionState& p, int member,
+                                             const PushChunk& c) {
+  const int64_t chunk = c.samples == 0 ? 0 : c.offset / chunk_elems_;
+  absl::MutexLock lock(&p.mu);
+  if (p.ended)
+    return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
+  const int64_t expected = p.member_step[member];
+  if (c.step < expected) return false;  // a retry of an applied step
+  if (c.step > expected) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("push.step ", c.step, " is ahead of this worker's step ",
+                     expected, " on partition ", c.partition));
+  }
+  if (c.samples > 0 && p.got[member * p.num_chunks + chunk]) return false;
+  if (p.member_samples[member] >= 0 && p.member_samples[member] != c.samples) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.samples ", c.samples, " differs from ", p.member_samples[member],
+        " in an earlier chunk of the same step"));
+  }
+  p.member_samples[member] = c.samples;
+  if (c.samples > 0) {
+    float* staged = p.staging.data() + member * p.meta.size + c.offset;
+    std::memcpy(staged, c.data, c.bytes);
+    p.got[member * p.num_chunks + chunk] = 1;
+    if (++p.got_count[member] < p.num_chunks) return false;
+    // The member's whole gradient is here: apply it now, weighted so that
+    // one step of every member moves as far as one synchronous step.
+    float* g = p.staging.data() + member * p.meta.size;
+    const float scale = static_cast<float>(c.samples) /
+                        static_cast<float>(int64_t{init_.spec.batch_size()} *
+                                           clocks_.ActiveMembers());
+    for (int64_t i = 0; i < p.meta.size; ++i) g[i] *= scale;
+    ApplyUpdate(optimizer_, c.step, p.updates++, g, p.params.data(),
+                p.state.data(), p.meta.size);
+    ++p.version;
+  }
+  std::fill(p.got.begin() + member * p.num_chunks,
+            p.got.begin() + (member + 1) * p.num_chunks, 0);
+  p.got_count[member] = 0;
+  p.member_samples[member] = -1;
+  ++p.member_step[member];
+  p.changed.SignalAll();
   return true;
 }
 
@@ -270,12 +356,13 @@ absl::Status JobShard::Read(int32_t partition, int64_t offset, int64_t n,
   absl::MutexLock lock(&p->mu);
   std::memcpy(out, p->params.data() + offset, n * sizeof(float));
   *version = p->version;
-  *stop = p->stop;
+  *stop = p->stop || stop_requested_.load();
   return absl::OkStatus();
 }
 
 void JobShard::End() {
   ended_ = true;
+  clocks_.End();
   for (auto& p : slots_) {
     if (p == nullptr) continue;
     absl::MutexLock lock(&p->mu);

@@ -3,10 +3,16 @@
 // server-side optimizer, and versioned reads. No gRPC types; the service in
 // service.h translates.
 //
-// Synchronous (BSP) contract per partition: version v = updates applied.
-// Pushes for step v accumulate until every member of the generation has
-// pushed all of its chunks (or an empty push with samples = 0); the last push
-// applies the update and makes version v + 1 readable.
+// Consistency (architecture §4), per job:
+// - sync (BSP), per partition: version v = updates applied. Pushes for step v
+//   accumulate until every member of the generation has pushed all of its
+//   chunks (or an empty push with samples = 0); the last push applies
+//   sum(g_i n_i) / sum(n_i) and makes version v + 1 readable.
+// - ssp(s) and async: each member's gradient for a partition is applied as
+//   soon as all its chunks arrived, scaled by n_i / (batch_size * members),
+//   so one step of every member moves the parameters as far as one sync
+//   step. Reads are bounded by the ClockTable (clocks.h): ssp waits until
+//   every member still training is within s clocks; async never waits.
 //
 // Thread safety: all methods are safe to call concurrently. Each partition
 // has its own lock, so pushes to different partitions proceed in parallel.
@@ -28,6 +34,7 @@
 #include "absl/time/time.h"
 #include "common/tensor/layout.h"
 #include "fulcrum/v1/job.pb.h"
+#include "server/ps/clocks.h"
 #include "server/ps/optimizer.h"
 
 namespace fulcrum {
@@ -89,6 +96,12 @@ class JobShard {
   // Partition size in elements, or -1 when not held here.
   int64_t PartitionSize(int32_t partition) const;
 
+  enum class Mode { kSync, kSsp, kAsync };
+  Mode mode() const { return mode_; }
+  // The read bound for ClockTable::WaitForRead: 0 (sync), s (ssp), -1 (async).
+  int64_t read_bound() const;
+  ClockTable& clocks() { return clocks_; }
+
   // Wakes every waiter with ABORTED; later pushes fail; reads still work.
   void End();
   bool ended() const { return ended_.load(); }
@@ -98,6 +111,10 @@ class JobShard {
   explicit JobShard(JobInit init, ParameterLayout layout);
   PartitionState* Find(int32_t partition) const;
   absl::Status Validate(const PartitionState& p, const PushChunk& c) const;
+  absl::StatusOr<bool> PushSync(PartitionState& p, int member,
+                                const PushChunk& c);
+  absl::StatusOr<bool> PushOnArrival(PartitionState& p, int member,
+                                     const PushChunk& c);
 
   const JobInit init_;
   const ParameterLayout layout_;
@@ -107,6 +124,10 @@ class JobShard {
   std::vector<std::unique_ptr<PartitionState>>
       slots_;  // by partition id; null if not here
   std::atomic<bool> ended_{false};
+  const Mode mode_;
+  ClockTable clocks_;
+  std::atomic<bool> stop_requested_{
+      false};  // ssp/async: a worker asked to stop
 };
 
 // All jobs on this shard process.

@@ -1,0 +1,93 @@
+#include "server/ps/clocks.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace fulcrum {
+
+ClockTable::ClockTable(int members, int partitions_here)
+    : partitions_here_(partitions_here),
+      clock_(members, 0),
+      parts_done_(members, 0),
+      finished_(members, 0),
+      removed_(members, 0) {}
+
+bool ClockTable::PartitionDone(int member, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (step + 1 <= clock_[member]) return false;  // a repeat of a finished step
+  if (++parts_done_[member] < partitions_here_) return false;
+  parts_done_[member] = 0;
+  clock_[member] = step + 1;
+  changed_.SignalAll();
+  return true;
+}
+
+int64_t ClockTable::Clock(int member) const {
+  absl::MutexLock lock(&mu_);
+  return clock_[member];
+}
+
+void ClockTable::Finish(int member) {
+  absl::MutexLock lock(&mu_);
+  finished_[member] = 1;
+  changed_.SignalAll();
+}
+
+void ClockTable::Remove(int member) {
+  absl::MutexLock lock(&mu_);
+  removed_[member] = 1;
+  changed_.SignalAll();
+}
+
+int ClockTable::ActiveMembers() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(std::count(removed_.begin(), removed_.end(), 0));
+}
+
+int64_t ClockTable::MinClock() const {
+  int64_t lo = INT64_MAX;
+  for (size_t m = 0; m < clock_.size(); ++m) {
+    if (!finished_[m] && !removed_[m]) lo = std::min(lo, clock_[m]);
+  }
+  return lo;
+}
+
+absl::StatusOr<int64_t> ClockTable::WaitForRead(
+    int64_t c, int64_t bound, absl::Time deadline,
+    const std::function<bool()>& cancelled) {
+  absl::MutexLock lock(&mu_);
+  while (bound >= 0 && MinClock() < c - bound && !ended_) {
+    if (cancelled && cancelled())
+      return absl::CancelledError("stream cancelled");
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "read at clock ", c, " still waits for the slowest worker at clock ",
+          MinClock()));
+    }
+    changed_.WaitWithDeadline(
+        &mu_, std::min(deadline, now + absl::Milliseconds(100)));
+  }
+  if (ended_) return absl::AbortedError("job ended");
+  const int64_t lo = MinClock();
+  const int64_t staleness = lo == INT64_MAX ? 0 : std::max<int64_t>(0, c - lo);
+  stats_.counts[std::min<int64_t>(staleness, StalenessStats::kBuckets - 1)]++;
+  stats_.reads++;
+  stats_.sum += staleness;
+  stats_.max = std::max(stats_.max, staleness);
+  return staleness;
+}
+
+StalenessStats ClockTable::Stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void ClockTable::End() {
+  absl::MutexLock lock(&mu_);
+  ended_ = true;
+  changed_.SignalAll();
+}
+
+}  // namespace fulcrum

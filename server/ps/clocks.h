@@ -1,0 +1,76 @@
+// Per-worker clocks of one job on one shard, the read bound of the
+// consistency modes, and the staleness of every read.
+//
+// A member's clock is the number of steps it has finished on this shard
+// (pushed every partition held here). A read at clock c (the member wants
+// parameters to compute step c) is served when every member still training
+// has clock >= c - bound; its staleness is c minus the smallest such clock.
+// sync reads come after the barrier (staleness 0); ssp(s) waits with
+// bound s; async does not wait (unbounded).
+//
+// Thread safety: all methods are safe to call concurrently.
+#ifndef FULCRUM_SERVER_PS_CLOCKS_H_
+#define FULCRUM_SERVER_PS_CLOCKS_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace fulcrum {
+
+struct StalenessStats {
+  static constexpr int kBuckets = 64;  // staleness 0..62, and >= 63
+  std::vector<int64_t> counts = std::vector<int64_t>(kBuckets, 0);
+  int64_t reads = 0;
+  int64_t sum = 0;
+  int64_t max = 0;
+};
+
+class ClockTable {
+ public:
+  ClockTable(int members, int partitions_here);
+
+  // `member` finished one of this shard's partitions for `step`. Returns
+  // true when that completed the step (the member's clock is now step + 1).
+  bool PartitionDone(int member, int64_t step);
+  int64_t Clock(int member) const;
+
+  // The member stopped training (its stream closed): reads stop waiting for
+  // it. A finished member still counts towards ActiveMembers().
+  void Finish(int member);
+  // The member left the job: not waited for and not counted.
+  void Remove(int member);
+  int ActiveMembers() const;
+
+  // Waits until every member still training has clock >= c - bound (a
+  // negative bound: no wait), then records the read's staleness and returns
+  // it. DEADLINE_EXCEEDED, CANCELLED (`cancelled()` true) or ABORTED (End())
+  // otherwise.
+  absl::StatusOr<int64_t> WaitForRead(int64_t c, int64_t bound,
+                                      absl::Time deadline,
+                                      const std::function<bool()>& cancelled);
+  StalenessStats Stats() const;
+  void End();
+
+ private:
+  int64_t MinClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int partitions_here_;
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;
+  std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> parts_done_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> finished_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> removed_ ABSL_GUARDED_BY(mu_);
+  StalenessStats stats_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_CLOCKS_H_

@@ -1,0 +1,77 @@
+#include "tests/in_process_cluster.h"
+
+#include <grpcpp/server_builder.h>
+
+#include <thread>
+
+#include "common/net/grpc_options.h"
+#include "worker/backend/cpu_backend.h"
+
+namespace fulcrum::testing {
+namespace {
+
+std::unique_ptr<ShardServer> StartShard() {
+  auto s = std::make_unique<ShardServer>();
+  s->service = std::make_unique<ParameterServerService>(
+      &s->core, ParameterServerService::Options{absl::Seconds(60)});
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  ConfigureServer(&builder);
+  builder.RegisterService(s->service.get());
+  s->server = builder.BuildAndStart();
+  s->address = "127.0.0.1:" + std::to_string(port);
+  return s;
+}
+
+}  // namespace
+
+TrainRun TrainInProcess(
+    const v1::JobSpec& spec, int workers,
+    const std::function<void(int, Trainer::Options*)>& tune) {
+  std::vector<std::unique_ptr<ShardServer>> servers;
+  std::vector<std::string> addresses, ids;
+  for (int w = 0; w < workers; ++w) ids.push_back("w" + std::to_string(w));
+  TrainRun run;
+  run.results.resize(workers);
+  run.errors.resize(workers);
+  for (int s = 0; s < spec.shards(); ++s) {
+    servers.push_back(StartShard());
+    addresses.push_back(servers.back()->address);
+    JobInit init{"job", spec, s, spec.shards(), 1, ids};
+    absl::StatusOr<std::shared_ptr<JobShard>> job =
+        servers.back()->core.InitJob(init);
+    if (!job.ok()) {
+      run.errors[0] = job.status().ToString();
+      return run;
+    }
+  }
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      CpuBackend backend;
+      Trainer::Options options;
+      options.worker_id = ids[w];
+      options.step_timeout = absl::Seconds(60);
+      options.eval_batch = 100;
+      if (tune) tune(w, &options);
+      Trainer trainer(&backend, options);
+      Assignment a{"job", spec, w, workers, 1, addresses};
+      absl::StatusOr<TrainResult> r = trainer.Run(a, nullptr);
+      if (r.ok()) {
+        run.results[w] = std::move(*r);
+      } else {
+        run.errors[w] = r.status().ToString();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& s : servers) {
+    run.staleness.push_back((*s->core.Find("job"))->clocks().Stats());
+    s->server->Shutdown(std::chrono::system_clock::now());
+  }
+  return run;
+}
+
+}  // namespace fulcrum::testing

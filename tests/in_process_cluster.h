@@ -1,0 +1,43 @@
+// Real parameter shards (gRPC services on 127.0.0.1, kernel-picked ports)
+// and real trainers in one process, without a coordinator: the test plays
+// the coordinator's part (InitJob on each shard, assignments to workers).
+#ifndef FULCRUM_TESTS_IN_PROCESS_CLUSTER_H_
+#define FULCRUM_TESTS_IN_PROCESS_CLUSTER_H_
+
+#include <grpcpp/server.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fulcrum/v1/job.pb.h"
+#include "server/ps/service.h"
+#include "server/ps/shard_core.h"
+#include "worker/trainer.h"
+
+namespace fulcrum::testing {
+
+struct ShardServer {
+  ParameterShard core;
+  std::unique_ptr<ParameterServerService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+struct TrainRun {
+  std::vector<TrainResult> results;       // by rank
+  std::vector<StalenessStats> staleness;  // by shard
+  std::vector<std::string> errors;        // by rank; empty when it trained fine
+};
+
+// Starts spec.shards() shards, initialises the job on them and trains it
+// with `workers` trainers in threads. `tune(rank, options)` may adjust each
+// worker's Trainer::Options (e.g. straggler delays).
+TrainRun TrainInProcess(
+    const v1::JobSpec& spec, int workers,
+    const std::function<void(int, Trainer::Options*)>& tune = nullptr);
+
+}  // namespace fulcrum::testing
+
+#endif  // FULCRUM_TESTS_IN_PROCESS_CLUSTER_H_
