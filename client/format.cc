@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace fulcrum {
 
@@ -30,6 +31,10 @@ std::string ProgressLine(const v1::JobStatus& s) {
     absl::StrAppendFormat(&line, " step %.1f+%.1fms", p.step_compute_ms(),
                           p.step_wait_ms());
   }
+  if (s.spec().consistency().mode() != "sync" && s.staleness().reads() > 0) {
+    absl::StrAppendFormat(&line, " staleness %.2f/%d", s.staleness().mean(),
+                          s.staleness().max());
+  }
   absl::StrAppendFormat(&line, " %.0f samples/s workers %d/%d",
                         p.samples_per_sec(), s.live_workers(),
                         s.workers_size());
@@ -42,6 +47,12 @@ std::string FinalLines(const v1::JobStatus& s) {
   if (s.end_time_unix() > 0 && s.start_time_unix() > 0) {
     absl::StrAppendFormat(&out, "training time: %.1f s\n",
                           s.end_time_unix() - s.start_time_unix());
+  }
+  if (s.staleness().reads() > 0) {
+    absl::StrAppendFormat(
+        &out, "staleness of %d reads: mean %.2f, max %d; histogram [%s]\n",
+        s.staleness().reads(), s.staleness().mean(), s.staleness().max(),
+        absl::StrJoin(s.staleness().histogram(), " "));
   }
   if (s.progress().evaluated_step() > 0) {
     absl::StrAppendFormat(&out, "final test accuracy: %.4f\n",

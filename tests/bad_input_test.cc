@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -208,14 +209,35 @@ TEST(CoordinatorBadInputTest, InvalidSpecOverGrpc) {
   auto server = builder.BuildAndStart();
   auto stub = v1::Coordinator::NewStub(
       MakeChannel("127.0.0.1:" + std::to_string(port)));
-  v1::SubmitJobRequest request;
-  *request.mutable_spec() = BadInputTest::Spec();
-  request.mutable_spec()->set_batch_size(0);
-  grpc::ClientContext context;
-  v1::SubmitJobResponse response;
-  grpc::Status s = stub->SubmitJob(&context, request, &response);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(s.error_message(), "batch_size must be in [1, 65536], got 0");
+  struct Case {
+    std::function<void(v1::JobSpec*)> mutate;
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](v1::JobSpec* s) { s->set_batch_size(0); },
+       "batch_size must be in [1, 65536], got 0"},
+      {[](v1::JobSpec* s) { s->mutable_consistency()->set_mode("eventual"); },
+       "consistency.mode must be one of [sync, ssp, async], got 'eventual'"},
+      {[](v1::JobSpec* s) {
+         s->mutable_consistency()->set_mode("ssp");
+         s->mutable_consistency()->set_staleness(-2);
+       },
+       "consistency.staleness must be in [0, 1000], got -2"},
+      {[](v1::JobSpec* s) { s->mutable_optimizer()->set_lr(0); },
+       "optimizer.lr must be > 0, got 0"},
+      {[](v1::JobSpec* s) { s->mutable_optimizer()->set_lr(-0.5); },
+       "optimizer.lr must be > 0, got -0.5"},
+  };
+  for (const Case& c : cases) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = BadInputTest::Spec();
+    c.mutate(request.mutable_spec());
+    grpc::ClientContext context;
+    v1::SubmitJobResponse response;
+    grpc::Status s = stub->SubmitJob(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message;
+    EXPECT_EQ(s.error_message(), c.message);
+  }
   EXPECT_TRUE(core.ListJobs().empty());
   server->Shutdown(std::chrono::system_clock::now());
 }

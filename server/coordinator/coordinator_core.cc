@@ -249,6 +249,20 @@ void Coordinator::RefreshProgress(Job& job) const {
   }
   job.status.set_live_workers(live);
   if (running) job.status.mutable_progress()->set_samples_per_sec(rate);
+  // Staleness over every shard's reads.
+  v1::StalenessSummary* all = job.status.mutable_staleness();
+  all->Clear();
+  double sum = 0;
+  for (const auto& [shard, s] : job.staleness) {
+    all->set_reads(all->reads() + s.reads());
+    all->set_max(std::max(all->max(), s.max()));
+    sum += s.mean() * s.reads();
+    for (int i = 0; i < s.histogram_size(); ++i) {
+      if (i >= all->histogram_size()) all->add_histogram(0);
+      all->set_histogram(i, all->histogram(i) + s.histogram(i));
+    }
+  }
+  if (all->reads() > 0) all->set_mean(sum / all->reads());
 }
 
 absl::StatusOr<v1::JobStatus> Coordinator::GetJob(
@@ -379,6 +393,11 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
                      "' is not registered (lease expired?): register again"));
   }
   it->second.last_heartbeat = options_.now();
+  for (const v1::ShardJobStats& stats : request.jobs()) {
+    auto job = jobs_.find(stats.job_id());
+    if (job != jobs_.end())
+      job->second.staleness[it->first] = stats.staleness();
+  }
   v1::ShardHeartbeatResponse response;
   for (const auto& [id, job] : jobs_) {
     const auto& s = job.status.shards();

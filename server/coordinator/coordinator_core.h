@@ -93,6 +93,7 @@ class Coordinator {
     bool starting = false;                          // InitJob calls in flight
     absl::Time ready_since = absl::InfinitePast();  // min workers idle since
     std::vector<std::string> shard_addresses;
+    std::map<std::string, v1::StalenessSummary> staleness;  // by shard id
   };
   struct Launch {  // a job whose shards must be initialised
     std::string job_id;

@@ -145,6 +145,41 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(CoordinatorTest, MergesStalenessFromEveryShard) {
+  auto id = coordinator_.SubmitJob(Spec(1, 1, 2));
+  AddWorker();
+  const std::string s1 = AddShard("127.0.0.1:1");
+  const std::string s2 = AddShard("127.0.0.1:2");
+  coordinator_.Tick();
+  auto beat = [&](const std::string& shard, std::vector<int64_t> histogram) {
+    v1::ShardHeartbeatRequest r;
+    r.set_shard_id(shard);
+    v1::ShardJobStats* stats = r.add_jobs();
+    stats->set_job_id(*id);
+    int64_t reads = 0, sum = 0;
+    for (size_t i = 0; i < histogram.size(); ++i) {
+      stats->mutable_staleness()->add_histogram(histogram[i]);
+      reads += histogram[i];
+      sum += i * histogram[i];
+    }
+    stats->mutable_staleness()->set_reads(reads);
+    stats->mutable_staleness()->set_mean(double(sum) / reads);
+    stats->mutable_staleness()->set_max(histogram.size() - 1);
+    ASSERT_TRUE(coordinator_.ShardHeartbeat(r).ok());
+  };
+  beat(s1, {4, 2});        // 6 reads, sum 2
+  beat(s2, {1, 0, 0, 1});  // 2 reads, sum 3
+  beat(s1, {6, 2});        // a newer report replaces the older: 8 reads, sum 2
+  const v1::StalenessSummary st = coordinator_.GetJob(*id)->staleness();
+  EXPECT_EQ(st.reads(), 10);
+  EXPECT_EQ(st.max(), 3);
+  EXPECT_DOUBLE_EQ(st.mean(), 5.0 / 10);
+  ASSERT_EQ(st.histogram_size(), 4);
+  EXPECT_EQ(st.histogram(0), 7);
+  EXPECT_EQ(st.histogram(1), 2);
+  EXPECT_EQ(st.histogram(3), 1);
+}
+
 TEST_F(CoordinatorTest, CancelAndUnknownJobs) {
   auto id = coordinator_.SubmitJob(Spec(1, 1, 1));
   EXPECT_EQ(coordinator_.CancelJob(*id)->state(), v1::CANCELLED);

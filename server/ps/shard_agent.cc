@@ -67,6 +67,24 @@ void ShardAgent::Run() {
                              std::max<int64_t>(1000, interval_ms_)));
     v1::ShardHeartbeatRequest request;
     request.set_shard_id(shard_id_);
+    for (const std::string& job_id : shard_->JobIds()) {
+      absl::StatusOr<std::shared_ptr<JobShard>> job = shard_->Find(job_id);
+      if (!job.ok()) continue;
+      const StalenessStats stats = (*job)->clocks().Stats();
+      v1::ShardJobStats* out = request.add_jobs();
+      out->set_job_id(job_id);
+      v1::StalenessSummary* st = out->mutable_staleness();
+      st->set_reads(stats.reads);
+      st->set_max(stats.max);
+      st->set_mean(
+          stats.reads > 0 ? static_cast<double>(stats.sum) / stats.reads : 0.0);
+      if (stats.reads > 0) {
+        const int64_t buckets =
+            std::min<int64_t>(stats.max + 1, StalenessStats::kBuckets);
+        for (int64_t i = 0; i < buckets; ++i)
+          st->add_histogram(stats.counts[i]);
+      }
+    }
     v1::ShardHeartbeatResponse response;
     grpc::Status s = stub_->ShardHeartbeat(&context, request, &response);
     if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
