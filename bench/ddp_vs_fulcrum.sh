@@ -23,35 +23,16 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-bash tools/setup.sh
+source tools/lib/cluster.sh
 # The peer (bench only): Debian's PyTorch 1.13.
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   apt-get install -y -qq --no-install-recommends python3-torch python3-numpy >/dev/null
 fi
-bazel build --noshow_progress //server/coordinator:fulcrum-coordinator \
-  //server/ps:fulcrum-server //worker:fulcrum-worker //client:fulcrumctl
-bin=$(bazel info bazel-bin 2>/dev/null)
-bazel shutdown
-
+cluster_build
 run=.fulcrum/bench
-rm -rf "$run"; mkdir -p "$run"
-pids=()
-cleanup() { [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null || true; }
-trap cleanup EXIT
-"$bin/server/coordinator/fulcrum-coordinator" --listen=127.0.0.1:0 \
-  --port_file="$run/port" --heartbeat_ms=200 2>"$run/coordinator.log" &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$run/port" ] && break; sleep 0.1; done
-coord=127.0.0.1:$(cat "$run/port")
-for i in $(seq "$shards"); do
-  "$bin/server/ps/fulcrum-server" --listen=127.0.0.1:0 --coordinator="$coord" 2>"$run/shard-$i.log" &
-  pids+=($!)
-done
-for i in $(seq "$workers"); do
-  "$bin/worker/fulcrum-worker" --coordinator="$coord" 2>"$run/worker-$i.log" &
-  pids+=($!)
-done
-ctl() { "$bin/client/fulcrumctl" --coordinator="$coord" "$@"; }
+cluster_start "$run" "$shards"
+for i in $(seq "$workers"); do cluster_add_worker "$run" "worker-$i"; done
+cluster_wait_members $((workers + shards))
 
 # Runs a job of $1 steps; prints its training seconds (coordinator clock).
 fulcrum_job() {

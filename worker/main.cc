@@ -13,6 +13,9 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
 ABSL_FLAG(std::string, device, "auto",
           "cpu | auto (this build has the CPU backend only)");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads for the CPU backend");
+ABSL_FLAG(double, slowdown, 1.0,
+          "straggler injection: make every step this many times slower "
+          "(tests, benchmarks)");
 ABSL_FLAG(
     int, inject_step_delay_ms, 0,
     "straggler injection: sleep this long every step (tests, benchmarks)");
@@ -37,6 +40,7 @@ int main(int argc, char** argv) {
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.device = "cpu";
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.slowdown = absl::GetFlag(FLAGS_slowdown);
   options.step_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms));
   options.step_delay_jitter =

@@ -186,13 +186,15 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
         client.Push(id, step, 0, grads.data(), stop);
       }
     }
-    if (options_.step_delay > absl::ZeroDuration() ||
-        options_.step_delay_jitter > absl::ZeroDuration()) {
-      absl::SleepFor(
-          options_.step_delay +
-          options_.step_delay_jitter *
-              std::uniform_real_distribution<double>(0.0, 1.0)(delay_rng));
+    absl::Duration delay =
+        options_.step_delay +
+        options_.step_delay_jitter *
+            std::uniform_real_distribution<double>(0.0, 1.0)(delay_rng);
+    if (options_.slowdown > 1.0) {
+      delay += absl::FromChrono(std::chrono::steady_clock::now() - step_start) *
+               (options_.slowdown - 1.0);
     }
+    if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
     const auto computed = std::chrono::steady_clock::now();
     bool stop_seen = false;
     absl::Status s = client.WaitForClock(

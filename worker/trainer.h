@@ -53,7 +53,9 @@ class Trainer {
     absl::Duration step_timeout = absl::Minutes(5);
     int eval_batch = 1000;
     // Straggler injection for tests and benchmarks: every step sleeps
-    // step_delay plus a uniform draw from [0, step_delay_jitter).
+    // (slowdown - 1) times its own compute time, plus step_delay, plus a
+    // uniform draw from [0, step_delay_jitter).
+    double slowdown = 1.0;
     absl::Duration step_delay = absl::ZeroDuration();
     absl::Duration step_delay_jitter = absl::ZeroDuration();
     uint64_t delay_seed = 1;

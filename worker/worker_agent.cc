@@ -142,6 +142,7 @@ int WorkerAgent::Run() {
     absl::MutexLock lock(&mu_);
     trainer_options.worker_id = worker_id_;
   }
+  trainer_options.slowdown = options_.slowdown;
   trainer_options.step_delay = options_.step_delay;
   trainer_options.step_delay_jitter = options_.step_delay_jitter;
   trainer_options.delay_seed =

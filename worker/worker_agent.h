@@ -23,8 +23,9 @@ class WorkerAgent : public ProgressSink {
   struct Options {
     std::string coordinator = "127.0.0.1:7070";
     std::string device = "cpu";
-    int max_jobs = 0;  // exit after this many jobs; 0 = serve forever
-    absl::Duration step_delay = absl::ZeroDuration();  // straggler injection
+    int max_jobs = 0;       // exit after this many jobs; 0 = serve forever
+    double slowdown = 1.0;  // straggler injection (see Trainer::Options)
+    absl::Duration step_delay = absl::ZeroDuration();
     absl::Duration step_delay_jitter = absl::ZeroDuration();
   };
   // `backend` is not owned and must outlive the agent.

@@ -249,6 +249,9 @@ void Coordinator::RefreshProgress(Job& job) const {
   }
   job.status.set_live_workers(live);
   if (running) job.status.mutable_progress()->set_samples_per_sec(rate);
+  int64_t samples = 0;
+  for (const auto& [worker, n] : job.samples) samples += n;
+  job.status.mutable_progress()->set_samples_total(samples);
   // Staleness over every shard's reads.
   v1::StalenessSummary* all = job.status.mutable_staleness();
   all->Clear();
@@ -338,8 +341,10 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
   }
   Worker& w = it->second;
   w.last_heartbeat = options_.now();
-  if (!request.job_id().empty() && request.job_id() == w.job_id)
+  if (!request.job_id().empty() && request.job_id() == w.job_id) {
     w.progress = request.progress();
+    jobs_.at(w.job_id).samples[w.id] = request.progress().samples_total();
+  }
   v1::WorkerHeartbeatResponse response;
   if (w.job_id.empty()) return response;
   Job& job = jobs_.at(w.job_id);  // a worker's job always exists
@@ -457,6 +462,7 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
     }
     w->second.last_heartbeat = options_.now();
     w->second.progress = request.progress();
+    job.samples[request.worker_id()] = request.progress().samples_total();
     if (pos == members.begin()) {  // rank 0 speaks for the job
       const double rate = job.status.progress().samples_per_sec();
       *job.status.mutable_progress() = request.progress();

@@ -94,6 +94,7 @@ class Coordinator {
     absl::Time ready_since = absl::InfinitePast();  // min workers idle since
     std::vector<std::string> shard_addresses;
     std::map<std::string, v1::StalenessSummary> staleness;  // by shard id
+    std::map<std::string, int64_t> samples;  // trained so far, by worker id
   };
   struct Launch {  // a job whose shards must be initialised
     std::string job_id;

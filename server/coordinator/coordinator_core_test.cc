@@ -110,15 +110,19 @@ TEST_F(CoordinatorTest, StartsWhenEnoughMembersThenSucceeds) {
   done.set_worker_id(w2);
   done.set_job_id(*id);
   done.set_done(true);
+  done.mutable_progress()->set_samples_total(640);
   ASSERT_TRUE(coordinator_.ReportProgress(done).ok());
   EXPECT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);  // rank 0 decides
   done.set_worker_id(w1);
   done.mutable_progress()->set_step(100);
   done.mutable_progress()->set_test_accuracy(0.9);
+  done.mutable_progress()->set_samples_total(650);
   ASSERT_TRUE(coordinator_.ReportProgress(done).ok());
   status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.state(), v1::SUCCEEDED);
   EXPECT_EQ(status.progress().step(), 100);
+  EXPECT_EQ(status.progress().samples_total(),
+            640 + 650);              // every worker's samples
   EXPECT_EQ(Beat(w1).job_id(), "");  // idle again
   EXPECT_EQ(shards_.ends.size(), 2u);
 }

@@ -1,0 +1,71 @@
+# Shared by tools/demo.sh and bench/*.sh: build the binaries and run a local
+# cluster (every process on 127.0.0.1, kernel-picked ports). Source it, then:
+#   cluster_build                       # setup.sh + bazel build; sets $bin
+#   cluster_start DIR SHARDS            # coordinator + shards; sets $coord
+#   cluster_add_worker DIR NAME [FLAG...]
+#   cluster_wait_members N              # until N workers+shards registered
+#   ctl ARGS...                         # fulcrumctl against the cluster
+#   cluster_stop                        # also installed as the EXIT trap
+cluster_pids=()
+
+cluster_build() {
+  bash tools/setup.sh
+  bazel build --noshow_progress //server/coordinator:fulcrum-coordinator \
+    //server/ps:fulcrum-server //worker:fulcrum-worker //client:fulcrumctl
+  bin=$(bazel info bazel-bin 2>/dev/null)
+  bazel shutdown
+}
+
+cluster_stop() {
+  trap - EXIT
+  [ ${#cluster_pids[@]} -gt 0 ] || return 0
+  kill "${cluster_pids[@]}" 2>/dev/null || true
+  for _ in $(seq 50); do
+    local alive=0 p
+    for p in "${cluster_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  kill -9 "${cluster_pids[@]}" 2>/dev/null || true
+  cluster_pids=()
+}
+
+cluster_start() {
+  local dir=$1 shards=$2 i
+  trap cluster_stop EXIT
+  rm -rf "$dir"; mkdir -p "$dir"
+  "$bin/server/coordinator/fulcrum-coordinator" --listen=127.0.0.1:0 \
+    --port_file="$dir/coordinator.port" --heartbeat_ms=200 2>"$dir/coordinator.log" &
+  cluster_pids+=($!)
+  for _ in $(seq 100); do [ -s "$dir/coordinator.port" ] && break; sleep 0.1; done
+  if [ ! -s "$dir/coordinator.port" ]; then
+    echo "coordinator did not start (see $dir/coordinator.log)" >&2
+    return 1
+  fi
+  coord=127.0.0.1:$(cat "$dir/coordinator.port")
+  for i in $(seq "$shards"); do
+    "$bin/server/ps/fulcrum-server" --listen=127.0.0.1:0 --coordinator="$coord" \
+      2>"$dir/shard-$i.log" &
+    cluster_pids+=($!)
+  done
+}
+
+cluster_add_worker() {
+  local dir=$1 name=$2
+  shift 2
+  "$bin/worker/fulcrum-worker" --coordinator="$coord" "$@" 2>"$dir/$name.log" &
+  cluster_pids+=($!)
+}
+
+ctl() { "$bin/client/fulcrumctl" --coordinator="$coord" "$@"; }
+
+cluster_wait_members() {
+  local want=$1 n
+  for _ in $(seq 100); do
+    n=$(ctl members 2>/dev/null | tail -n +2 | wc -l || true)
+    [ "$n" -ge "$want" ] && return 0
+    sleep 0.1
+  done
+  echo "only $n of $want members registered" >&2
+  return 1
+}
