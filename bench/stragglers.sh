@@ -5,15 +5,20 @@
 # staleness of the reads.
 #
 #   bench/stragglers.sh [--runs R] [--slowdown X] [--target ACC]
+#                       [--modes "sync ssp async"] [--momentum M] [--lr LR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/lib/cluster.sh
-runs=1 slowdown=3 target=0.85 workers=4 shards=2
+runs=1 slowdown=3 target=0.85 workers=4 shards=2 modes="sync ssp async"
+momentum=0.9 lr=0.05
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
     --slowdown) slowdown=$2; shift 2 ;;
     --target) target=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
+    --momentum) momentum=$2; shift 2 ;;
+    --lr) lr=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -34,7 +39,7 @@ job() {  # mode staleness
 name: stragglers-$1
 model: {type: mlp, layers: [784, 256, 128, 10]}
 dataset: {format: idx, dir: /usr/share/datasets/fashion-mnist}
-optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
+optimizer: {type: momentum, lr: $lr, momentum: $momentum}
 consistency: {mode: $1, staleness: $2}
 batch_size: 64
 epochs: 10
@@ -57,10 +62,14 @@ print("%-8s %12.1f %10.4f %10.0f %8.2f %5s %8s" % (sys.argv[1], t, p.get("test_a
 ' "$3"
 }
 
-echo "4 workers (one ${slowdown}x slower), 2 shards, batch 64/worker, stop at test accuracy $target"
+echo "4 workers (one ${slowdown}x slower), 2 shards, batch 64/worker, momentum $momentum lr $lr, stop at test accuracy $target"
 printf "%-8s %12s %10s %10s %8s %5s %8s\n" mode "time to acc" "final acc" "samples/s" "stale" "max" state
 for r in $(seq "$runs"); do
-  job sync 0 sync
-  job ssp 3 "ssp(3)"
-  job async 0 async
+  for m in $modes; do
+    case $m in
+      sync) job sync 0 sync ;;
+      ssp) job ssp 3 "ssp(3)" ;;
+      async) job async 0 async ;;
+    esac
+  done
 done
