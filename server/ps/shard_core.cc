@@ -360,6 +360,95 @@ absl::Status JobShard::Read(int32_t partition, int64_t offset, int64_t n,
   return absl::OkStatus();
 }
 
+namespace {
+
+// SavePartition's blob: a fixed header, then the values, then the optimizer
+// state (slot-major), all little-endian.
+struct SavedHeader {
+  char magic[4];            // "FPS1"
+  uint32_t format_version;  // kSavedFormat
+  int32_t partition;
+  int32_t slots;
+  int64_t size;
+  int64_t version;
+  int64_t updates;
+};
+constexpr uint32_t kSavedFormat = 1;
+static_assert(sizeof(SavedHeader) == 40,
+              "the blob layout is part of the format");
+
+}  // namespace
+
+absl::StatusOr<std::string> JobShard::SavePartition(int32_t partition) const {
+  PartitionState* p = Find(partition);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " is not held by this shard"));
+  }
+  absl::MutexLock lock(&p->mu);
+  SavedHeader h{
+      {'F', 'P', 'S', '1'}, kSavedFormat, partition, optimizer_.StateSlots(),
+      p->meta.size,         p->version,   p->updates};
+  std::string blob(
+      sizeof(h) + (p->params.size() + p->state.size()) * sizeof(float), '\0');
+  char* out = blob.data();
+  std::memcpy(out, &h, sizeof(h));
+  out += sizeof(h);
+  std::memcpy(out, p->params.data(), p->params.size() * sizeof(float));
+  out += p->params.size() * sizeof(float);
+  std::memcpy(out, p->state.data(), p->state.size() * sizeof(float));
+  return blob;
+}
+
+absl::Status JobShard::RestorePartition(int32_t partition,
+                                        std::string_view blob) {
+  PartitionState* p = Find(partition);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " is not held by this shard"));
+  }
+  SavedHeader h;
+  if (blob.size() < sizeof(h)) {
+    return absl::DataLossError(
+        absl::StrCat("saved partition is truncated: ", blob.size(),
+                     " bytes, the header alone is ", sizeof(h)));
+  }
+  std::memcpy(&h, blob.data(), sizeof(h));
+  if (std::memcmp(h.magic, "FPS1", 4) != 0 ||
+      h.format_version != kSavedFormat) {
+    return absl::InvalidArgumentError(
+        "not a saved partition of a known format");
+  }
+  if (h.partition != partition || h.size != p->meta.size ||
+      h.slots != optimizer_.StateSlots()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "saved partition ", h.partition, " (", h.size, " elements, ", h.slots,
+        " state slots) does not match partition ", partition, " (",
+        p->meta.size, ", ", optimizer_.StateSlots(), ")"));
+  }
+  const size_t want = sizeof(h) + (1 + h.slots) * h.size * sizeof(float);
+  if (blob.size() != want) {
+    return absl::DataLossError(absl::StrCat("saved partition has ", blob.size(),
+                                            " bytes, expected ", want));
+  }
+  absl::MutexLock lock(&p->mu);
+  const char* in = blob.data() + sizeof(h);
+  std::memcpy(p->params.data(), in, p->params.size() * sizeof(float));
+  in += p->params.size() * sizeof(float);
+  std::memcpy(p->state.data(), in, p->state.size() * sizeof(float));
+  p->version = h.version;
+  p->updates = h.updates;
+  std::fill(p->accum.begin(), p->accum.end(), 0.0f);
+  std::fill(p->got.begin(), p->got.end(), 0);
+  std::fill(p->got_count.begin(), p->got_count.end(), 0);
+  std::fill(p->member_samples.begin(), p->member_samples.end(), -1);
+  std::fill(p->done.begin(), p->done.end(), 0);
+  p->done_count = 0;
+  p->total_samples = 0;
+  p->changed.SignalAll();
+  return absl::OkStatus();
+}
+
 void JobShard::End() {
   ended_ = true;
   clocks_.End();

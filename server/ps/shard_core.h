@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -101,6 +102,15 @@ class JobShard {
   // The read bound for ClockTable::WaitForRead: 0 (sync), s (ssp), -1 (async).
   int64_t read_bound() const;
   ClockTable& clocks() { return clocks_; }
+
+  // The partition's whole state (values, optimizer state, version and the
+  // optimizer's update count) as bytes, taken under the partition's lock, for
+  // checkpoints. Format: see shard_core.cc (versioned, little-endian).
+  absl::StatusOr<std::string> SavePartition(int32_t partition) const;
+  // Replaces the partition's state with a SavePartition blob of the same
+  // layout and optimizer, and drops any half-aggregated step. INVALID_ARGUMENT
+  // or DATA_LOSS on a mismatched or truncated blob, which changes nothing.
+  absl::Status RestorePartition(int32_t partition, std::string_view blob);
 
   // Wakes every waiter with ABORTED; later pushes fail; reads still work.
   void End();
