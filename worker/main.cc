@@ -4,10 +4,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/metrics/http_server.h"
 #include "common/net/allocator.h"
 #include "common/net/signals.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/worker_agent.h"
+#include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
 ABSL_FLAG(std::string, device, "auto",
@@ -21,6 +23,12 @@ ABSL_FLAG(
     "straggler injection: sleep this long every step (tests, benchmarks)");
 ABSL_FLAG(int, inject_step_jitter_ms, 0,
           "straggler injection: plus a uniform random [0, this) ms every step");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1",
+          "address of the /metrics endpoint (0.0.0.0 in containers)");
+ABSL_FLAG(int, metrics_port, 0,
+          "port of the /metrics endpoint (0: any free port; -1: off)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "write the metrics port here once serving");
 ABSL_FLAG(int, max_jobs, 0,
           "exit after training this many jobs (0: serve until stopped)");
 
@@ -45,7 +53,23 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms));
   options.step_delay_jitter =
       absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_jitter_ms));
+  fulcrum::metrics::Registry registry;
+  fulcrum::WorkerMetrics metrics(registry);
+  options.metrics = &metrics;
   fulcrum::WorkerAgent agent(options, &backend);
+  std::unique_ptr<fulcrum::metrics::HttpServer> metrics_server;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto served = fulcrum::metrics::ServeProcessMetrics(
+        "worker", absl::GetFlag(FLAGS_metrics_address),
+        absl::GetFlag(FLAGS_metrics_port),
+        absl::GetFlag(FLAGS_metrics_port_file), &registry,
+        [&agent] { return agent.Registered(); });
+    if (!served.ok()) {
+      std::cerr << "fulcrum-worker: " << served.status().message() << "\n";
+      return 1;
+    }
+    metrics_server = std::move(*served);
+  }
   std::thread signals([&agent] {
     fulcrum::WaitForTerminationSignal();
     agent.Shutdown();

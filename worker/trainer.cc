@@ -135,6 +135,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
   v1::Progress& progress = result.progress;
   progress.set_total_steps(last_step);
   std::mt19937_64 delay_rng(options_.delay_seed);
+  WorkerMetrics::Job m{};
+  if (options_.metrics != nullptr) m = options_.metrics->ForJob(a.job_id);
   int64_t epoch_loaded = -1;
   bool stop_next = false, stopped = false;
   double loss_avg = 0;
@@ -145,6 +147,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
                             gather, eval_batch, x_host, y, x_dev.get());
     progress.set_test_accuracy(e.accuracy);
     progress.set_evaluated_step(at_step);
+    if (m.test_accuracy != nullptr) m.test_accuracy->Set(e.accuracy);
     return e;
   };
 
@@ -214,6 +217,16 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
     backend_->CopyToDevice(params.data(), params_dev.get(), total);
     stopped = stop_seen;
 
+    if (m.steps != nullptr) {
+      m.steps->Increment();
+      m.samples->Increment(static_cast<double>(share.count));
+      if (share.count > 0)
+        m.push_bytes->Increment(4.0 * static_cast<double>(total));
+      m.compute_seconds->Observe(compute_ms / 1e3);
+      m.comm_wait_seconds->Observe(wait_ms / 1e3);
+      m.step_seconds->Observe((compute_ms + wait_ms) / 1e3);
+      m.loss->Set(loss_avg);
+    }
     window_samples += share.count;
     progress.set_step(step + 1);
     progress.set_epoch(static_cast<int32_t>(epoch));

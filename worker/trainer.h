@@ -20,6 +20,7 @@
 #include "fulcrum/v1/job.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/data/idx.h"
+#include "worker/worker_metrics.h"
 
 namespace fulcrum {
 
@@ -59,6 +60,7 @@ class Trainer {
     absl::Duration step_delay = absl::ZeroDuration();
     absl::Duration step_delay_jitter = absl::ZeroDuration();
     uint64_t delay_seed = 1;
+    WorkerMetrics* metrics = nullptr;  // Not owned; may be null.
   };
 
   // `backend` is not owned and must outlive the trainer.

@@ -97,6 +97,11 @@ void WorkerAgent::HeartbeatLoop() {
   }
 }
 
+bool WorkerAgent::Registered() {
+  absl::MutexLock lock(&mu_);
+  return !worker_id_.empty();
+}
+
 void WorkerAgent::Update(const v1::Progress& progress) {
   absl::MutexLock lock(&mu_);
   progress_ = progress;
@@ -142,6 +147,7 @@ int WorkerAgent::Run() {
     absl::MutexLock lock(&mu_);
     trainer_options.worker_id = worker_id_;
   }
+  trainer_options.metrics = options_.metrics;
   trainer_options.slowdown = options_.slowdown;
   trainer_options.step_delay = options_.step_delay;
   trainer_options.step_delay_jitter = options_.step_delay_jitter;

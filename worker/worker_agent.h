@@ -15,6 +15,7 @@
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/trainer.h"
+#include "worker/worker_metrics.h"
 
 namespace fulcrum {
 
@@ -23,7 +24,8 @@ class WorkerAgent : public ProgressSink {
   struct Options {
     std::string coordinator = "127.0.0.1:7070";
     std::string device = "cpu";
-    int max_jobs = 0;       // exit after this many jobs; 0 = serve forever
+    int max_jobs = 0;  // exit after this many jobs; 0 = serve forever
+    WorkerMetrics* metrics = nullptr;  // Not owned; may be null.
     double slowdown = 1.0;  // straggler injection (see Trainer::Options)
     absl::Duration step_delay = absl::ZeroDuration();
     absl::Duration step_delay_jitter = absl::ZeroDuration();
@@ -36,6 +38,8 @@ class WorkerAgent : public ProgressSink {
   int Run();
   // Thread-safe; ends Run() at the next opportunity (a running job stops).
   void Shutdown();
+  // Registered with the coordinator (for /readyz).
+  bool Registered();
 
   void Update(const v1::Progress& progress) override;
   bool Cancelled() override;

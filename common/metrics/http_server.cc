@@ -3,8 +3,10 @@
 #include <civetweb.h>
 
 #include <cstring>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "common/net/port_file.h"
 
 namespace fulcrum::metrics {
 namespace {
@@ -75,6 +77,27 @@ int HttpServer::HandleReady(::mg_connection* conn, void* self) {
   }
   Reply(conn, 503, "Service Unavailable", "text/plain", "not ready\n");
   return 503;
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> ServeProcessMetrics(
+    const std::string& role, const std::string& address, int port,
+    const std::string& port_file, Registry* registry,
+    std::function<bool()> ready) {
+  registry
+      ->AddGauge("fulcrum_build_info",
+                 "Always 1; labels say which binary and version.",
+                 {"role", "version"})
+      .WithLabels({role, kFulcrumVersion})
+      .Set(1);
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start(address, port, registry, std::move(ready));
+  if (!server.ok()) return server.status();
+  std::cerr << "fulcrum-" << role << ": metrics on http://" << address << ":"
+            << (*server)->port() << "/metrics\n";
+  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
+    return absl::InternalError(absl::StrCat("cannot write ", port_file));
+  }
+  return server;
 }
 
 }  // namespace fulcrum::metrics

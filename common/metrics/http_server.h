@@ -41,6 +41,17 @@ class HttpServer {
   int port_ = 0;
 };
 
+// What every binary does at start: registers fulcrum_build_info{role,
+// version}, serves the registry on address:port (0: any free port), logs the
+// port and writes it to `port_file` when non-empty.
+absl::StatusOr<std::unique_ptr<HttpServer>> ServeProcessMetrics(
+    const std::string& role, const std::string& address, int port,
+    const std::string& port_file, Registry* registry,
+    std::function<bool()> ready);
+
+// The version baked into fulcrum_build_info.
+inline constexpr char kFulcrumVersion[] = "0.3.0";
+
 }  // namespace fulcrum::metrics
 
 #endif  // FULCRUM_COMMON_METRICS_HTTP_SERVER_H_

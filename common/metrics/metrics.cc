@@ -107,6 +107,11 @@ const void* FamilyBase::Child(
   return raw;
 }
 
+void FamilyBase::Clear() {
+  absl::MutexLock lock(&mu_);
+  children_.clear();
+}
+
 void FamilyBase::Render(std::string* out) const {
   absl::MutexLock lock(&mu_);
   if (children_.empty()) return;  // declared, never used: nothing to say yet

@@ -77,6 +77,9 @@ class FamilyBase {
   virtual ~FamilyBase() = default;
   const std::string& name() const { return name_; }
   void Render(std::string* out) const;
+  // Drops every child. Only for families refreshed wholesale by a collector
+  // (children handed out earlier must not be used afterwards).
+  void Clear();
 
  protected:
   // Appends this child's sample lines; `labels` is `{a="x",b="y"}` or "".

@@ -116,6 +116,18 @@ TEST(MetricsTest, CardinalityIsBounded) {
             std::string::npos);
 }
 
+TEST(MetricsTest, ClearDropsChildren) {
+  Registry r;
+  auto& f = r.AddGauge("fulcrum_test_g", "G.", {"job_id"});
+  f.WithLabels({"a"}).Set(1);
+  f.Clear();
+  EXPECT_EQ(r.Expose(), "");
+  f.WithLabels({"b"}).Set(2);
+  EXPECT_NE(r.Expose().find("fulcrum_test_g{job_id=\"b\"} 2\n"),
+            std::string::npos);
+  EXPECT_EQ(r.Expose().find("job_id=\"a\""), std::string::npos);
+}
+
 TEST(MetricsTest, CollectorsRunBeforeExposition) {
   Registry r;
   Gauge& g = r.AddGauge("fulcrum_test_g", "G.").WithLabels();

@@ -37,11 +37,15 @@ bool Coordinator::Terminal(v1::JobState s) {
 void Coordinator::Tick() {
   std::vector<EndCall> ends;
   std::vector<Launch> launches;
+  std::vector<std::string> lost;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = options_.now();
-    ExpireLeases(now, &ends);
+    ExpireLeases(now, &ends, &lost);
     Schedule(now, &launches);
+  }
+  if (options_.on_member_lost) {
+    for (const std::string& role : lost) options_.on_member_lost(role);
   }
   RunEnds(ends);
   for (const Launch& launch : launches) {
@@ -95,7 +99,8 @@ void Coordinator::Tick() {
   }
 }
 
-void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends) {
+void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
+                               std::vector<std::string>* lost) {
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (now - it->second.last_heartbeat <= options_.lease) {
       ++it;
@@ -104,6 +109,7 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends) {
     const std::string job_id = it->second.job_id;
     const std::string id = it->first;
     it = workers_.erase(it);
+    lost->push_back("worker");
     auto job = jobs_.find(job_id);
     if (job != jobs_.end() && job->second.status.state() == v1::RUNNING) {
       Finish(job->second, v1::FAILED,
@@ -119,6 +125,7 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends) {
     }
     const std::string id = it->first;
     it = shard_members_.erase(it);
+    lost->push_back("shard");
     for (auto& [job_id, job] : jobs_) {
       const auto& s = job.status.shards();
       if (job.status.state() == v1::RUNNING &&

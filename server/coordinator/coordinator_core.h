@@ -48,6 +48,9 @@ class Coordinator {
     absl::Duration start_grace = absl::Seconds(1);
     absl::Duration tick = absl::Milliseconds(100);
     std::function<absl::Time()> now = [] { return absl::Now(); };
+    // Called (outside any lock the caller could hold) when a lease expires;
+    // role is "worker" or "shard". May be null.
+    std::function<void(const std::string& role)> on_member_lost;
   };
 
   // `shards` is not owned and must outlive the coordinator.
@@ -104,7 +107,8 @@ class Coordinator {
     std::string address, job_id;
   };
 
-  void ExpireLeases(absl::Time now, std::vector<EndCall>* ends)
+  void ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
+                    std::vector<std::string>* lost)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Schedule(absl::Time now, std::vector<Launch>* launches)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,10 +9,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/notification.h"
+#include "common/metrics/http_server.h"
 #include "common/net/allocator.h"
 #include "common/net/grpc_options.h"
+#include "common/net/port_file.h"
 #include "common/net/signals.h"
 #include "server/coordinator/coordinator_core.h"
+#include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/service.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -20,6 +23,12 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
 ABSL_FLAG(
     std::string, port_file, "",
     "if set, write the bound port here once serving (for --listen host:0)");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1",
+          "address of the /metrics endpoint (0.0.0.0 in containers)");
+ABSL_FLAG(int, metrics_port, 0,
+          "port of the /metrics endpoint (0: any free port; -1: off)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "write the metrics port here once serving");
 ABSL_FLAG(int64_t, heartbeat_ms, 1000,
           "heartbeat interval told to workers and shards");
 ABSL_FLAG(int64_t, lease_ms, 5000,
@@ -37,7 +46,13 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.lease = absl::Milliseconds(absl::GetFlag(FLAGS_lease_ms));
   options.start_grace = absl::Milliseconds(absl::GetFlag(FLAGS_start_grace_ms));
+  fulcrum::metrics::Registry registry;
+  std::unique_ptr<fulcrum::CoordinatorMetrics> metrics;
+  options.on_member_lost = [&metrics](const std::string& role) {
+    if (metrics != nullptr) metrics->MemberLost(role);
+  };
   fulcrum::Coordinator core(options, &shard_control);
+  metrics = std::make_unique<fulcrum::CoordinatorMetrics>(registry, &core);
   fulcrum::CoordinatorService service(&core);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -53,11 +68,21 @@ int main(int argc, char** argv) {
   }
   std::cerr << "fulcrum-coordinator: serving on port " << port
             << " (insecure transport: use on loopback or a trusted network)\n";
+  std::unique_ptr<fulcrum::metrics::HttpServer> metrics_server;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto served = fulcrum::metrics::ServeProcessMetrics(
+        "coordinator", absl::GetFlag(FLAGS_metrics_address),
+        absl::GetFlag(FLAGS_metrics_port),
+        absl::GetFlag(FLAGS_metrics_port_file), &registry, nullptr);
+    if (!served.ok()) {
+      std::cerr << "fulcrum-coordinator: " << served.status().message() << "\n";
+      return 1;
+    }
+    metrics_server = std::move(*served);
+  }
   core.Start();
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    const std::string path = absl::GetFlag(FLAGS_port_file);
-    std::ofstream(path + ".tmp") << port << "\n";
-    std::rename((path + ".tmp").c_str(), path.c_str());
+    fulcrum::WritePortFile(absl::GetFlag(FLAGS_port_file), port);
   }
   fulcrum::WaitForTerminationSignal();
   std::cerr << "fulcrum-coordinator: shutting down\n";

@@ -7,12 +7,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "common/metrics/http_server.h"
 #include "common/net/allocator.h"
 #include "common/net/grpc_options.h"
 #include "common/net/signals.h"
 #include "server/ps/service.h"
 #include "server/ps/shard_agent.h"
 #include "server/ps/shard_core.h"
+#include "server/ps/shard_metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "host:port for the data plane (port 0: pick one)");
@@ -20,6 +22,12 @@ ABSL_FLAG(
     std::string, advertise, "",
     "address workers dial (default: the listen host with the bound port)");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1",
+          "address of the /metrics endpoint (0.0.0.0 in containers)");
+ABSL_FLAG(int, metrics_port, 0,
+          "port of the /metrics endpoint (0: any free port; -1: off)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "write the metrics port here once serving");
 ABSL_FLAG(int64_t, step_timeout_s, 300,
           "longest a step waits for the other workers");
 
@@ -28,8 +36,12 @@ int main(int argc, char** argv) {
   fulcrum::BlockTerminationSignals();
   absl::ParseCommandLine(argc, argv);
   fulcrum::ParameterShard shard;
+  fulcrum::metrics::Registry registry;
+  fulcrum::ShardMetrics metrics(registry);
+  registry.AddCollector(
+      [&] { metrics.jobs.WithLabels().Set(shard.JobIds().size()); });
   fulcrum::ParameterServerService service(
-      &shard, {absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s))});
+      &shard, {absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s)), &metrics});
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
@@ -48,6 +60,19 @@ int main(int argc, char** argv) {
             << " (insecure transport: use on loopback or a trusted network)\n";
   fulcrum::ShardAgent agent(absl::GetFlag(FLAGS_coordinator), advertise,
                             &shard);
+  std::unique_ptr<fulcrum::metrics::HttpServer> metrics_server;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto served = fulcrum::metrics::ServeProcessMetrics(
+        "server", absl::GetFlag(FLAGS_metrics_address),
+        absl::GetFlag(FLAGS_metrics_port),
+        absl::GetFlag(FLAGS_metrics_port_file), &registry,
+        [&agent] { return agent.Registered(); });
+    if (!served.ok()) {
+      std::cerr << "fulcrum-server: " << served.status().message() << "\n";
+      return 1;
+    }
+    metrics_server = std::move(*served);
+  }
   agent.Start();
   fulcrum::WaitForTerminationSignal();
   std::cerr << "fulcrum-server: shutting down\n";

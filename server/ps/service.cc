@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
@@ -49,19 +50,29 @@ absl::Status AnswerRead(JobShard& job, int64_t c,
                         const std::vector<int32_t>& completed,
                         absl::Time deadline,
                         const std::function<bool()>& cancelled,
-                        v1::Params* params, WriteFn write) {
+                        const ShardMetrics::Job& m, v1::Params* params,
+                        WriteFn write) {
+  absl::Duration waited;
+  auto timed = [&waited](auto wait) {
+    const absl::Time start = absl::Now();
+    auto result = wait();
+    waited += absl::Now() - start;
+    return result;
+  };
   if (job.mode() == JobShard::Mode::kSync) {
     for (int32_t id : completed) {
-      RETURN_IF_ERROR(job.WaitForVersion(id, c, deadline, cancelled));
+      RETURN_IF_ERROR(timed(
+          [&] { return job.WaitForVersion(id, c, deadline, cancelled); }));
       RETURN_IF_ERROR(SendPartition(job, id, c, params, write));
     }
-    return job.clocks()
-        .WaitForRead(c, 0, deadline, cancelled)
-        .status();  // records 0
   }
-  RETURN_IF_ERROR(job.clocks()
-                      .WaitForRead(c, job.read_bound(), deadline, cancelled)
-                      .status());
+  ASSIGN_OR_RETURN(const int64_t staleness, timed([&] {
+                     return job.clocks().WaitForRead(c, job.read_bound(),
+                                                     deadline, cancelled);
+                   }));
+  m.barrier_wait_seconds->Observe(absl::ToDoubleSeconds(waited));
+  m.staleness->Observe(static_cast<double>(staleness));
+  if (job.mode() == JobShard::Mode::kSync) return absl::OkStatus();
   for (int32_t id : job.partition_ids()) {
     RETURN_IF_ERROR(SendPartition(job, id, c, params, write));
   }
@@ -69,6 +80,16 @@ absl::Status AnswerRead(JobShard& job, int64_t c,
 }
 
 }  // namespace
+
+ParameterServerService::ParameterServerService(ParameterShard* shard,
+                                               Options options)
+    : shard_(shard), options_(options), metrics_(options.metrics) {
+  if (metrics_ == nullptr) {
+    own_registry_ = std::make_unique<metrics::Registry>();
+    own_metrics_ = std::make_unique<ShardMetrics>(*own_registry_);
+    metrics_ = own_metrics_.get();
+  }
+}
 
 grpc::Status ParameterServerService::InitJob(grpc::ServerContext*,
                                              const v1::InitJobRequest* request,
@@ -96,24 +117,36 @@ grpc::Status ParameterServerService::EndJob(grpc::ServerContext*,
 grpc::Status ParameterServerService::Stream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) {
+  absl::Status s = ServeStream(context, stream);
+  if (!s.ok() && s.code() != absl::StatusCode::kCancelled) {
+    metrics_->Rejected(
+        absl::AsciiStrToLower(absl::StatusCodeToString(s.code())));
+  }
+  return ToGrpcStatus(s);
+}
+
+absl::Status ParameterServerService::ServeStream(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) {
   v1::StreamRequest request;
-  if (!stream->Read(&request)) return grpc::Status::OK;
+  if (!stream->Read(&request)) return absl::OkStatus();
   if (!request.has_hello()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "the first message of a stream must be hello");
+    return absl::FailedPreconditionError(
+        "the first message of a stream must be hello");
   }
   const v1::Hello& hello = request.hello();
   absl::StatusOr<std::shared_ptr<JobShard>> found =
       shard_->Find(hello.job_id());
-  if (!found.ok()) return ToGrpcStatus(found.status());
+  if (!found.ok()) return found.status();
   JobShard& job = **found;
   if (job.ended()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("job ", hello.job_id(), " has ended"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", hello.job_id(), " has ended"));
   }
   absl::StatusOr<int> member =
       job.MemberIndex(hello.worker_id(), hello.generation());
-  if (!member.ok()) return ToGrpcStatus(member.status());
+  if (!member.ok()) return member.status();
+  const ShardMetrics::Job m = metrics_->ForJob(hello.job_id());
 
   // In ssp/async a worker whose stream ends has stopped training: nobody
   // waits for its clock any more.
@@ -121,13 +154,15 @@ grpc::Status ParameterServerService::Stream(
     if (job.mode() != JobShard::Mode::kSync) job.clocks().Finish(m);
   };
   v1::StreamResponse response;
-  auto write = [&](const v1::Params&) { return stream->Write(response); };
+  auto write = [&](const v1::Params& p) {
+    m.pull_bytes->Increment(static_cast<double>(p.data().size()));
+    return stream->Write(response);
+  };
   const int64_t start_clock =
       job.mode() == JobShard::Mode::kSync ? -1 : job.clocks().Clock(*member);
   for (int32_t id : job.partition_ids()) {
-    absl::Status s =
-        SendPartition(job, id, start_clock, response.mutable_params(), write);
-    if (!s.ok()) return ToGrpcStatus(s);
+    RETURN_IF_ERROR(
+        SendPartition(job, id, start_clock, response.mutable_params(), write));
   }
   // Partitions this worker completed for the current step, in completion order.
   std::vector<int32_t> completed;
@@ -135,8 +170,8 @@ grpc::Status ParameterServerService::Stream(
   auto cancelled = [context] { return context->IsCancelled(); };
   while (stream->Read(&request)) {
     if (!request.has_push()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "hello may only be the first message of a stream");
+      return absl::InvalidArgumentError(
+          "hello may only be the first message of a stream");
     }
     const v1::Push& push = request.push();
     PushChunk chunk;
@@ -149,23 +184,25 @@ grpc::Status ParameterServerService::Stream(
     chunk.stop = push.stop();
     if (push.encoding() != v1::ENCODING_FP32 &&
         push.encoding() != v1::ENCODING_UNSPECIFIED) {
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
+      return absl::InvalidArgumentError(
           absl::StrCat("push.encoding ", push.encoding(), " is not supported"));
     }
+    m.push_bytes->Increment(static_cast<double>(chunk.bytes));
+    const absl::Time push_start = absl::Now();
     absl::StatusOr<bool> finished = job.Push(*member, chunk);
-    if (!finished.ok()) return ToGrpcStatus(finished.status());
+    m.aggregate_seconds->Observe(
+        absl::ToDoubleSeconds(absl::Now() - push_start));
+    if (!finished.ok()) return finished.status();
     if (!*finished) continue;
     completed.push_back(chunk.partition);
     if (completed.size() < job.partition_ids().size()) continue;
     // This worker pushed its whole share of step t: answer its read at t+1.
-    absl::Status s = AnswerRead(job, chunk.step + 1, completed,
-                                absl::Now() + options_.step_timeout, cancelled,
-                                response.mutable_params(), write);
-    if (!s.ok()) return ToGrpcStatus(s);
+    RETURN_IF_ERROR(AnswerRead(job, chunk.step + 1, completed,
+                               absl::Now() + options_.step_timeout, cancelled,
+                               m, response.mutable_params(), write));
     completed.clear();
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status ParameterServerService::Pull(
@@ -186,7 +223,11 @@ grpc::Status ParameterServerService::Pull(
     }
   }
   v1::Params params;
-  auto write = [writer](const v1::Params& p) { return writer->Write(p); };
+  metrics::Counter& pulled = *metrics_->ForJob(request->job_id()).pull_bytes;
+  auto write = [writer, &pulled](const v1::Params& p) {
+    pulled.Increment(static_cast<double>(p.data().size()));
+    return writer->Write(p);
+  };
   for (int32_t id : ids) {
     absl::Status s = SendPartition(job, id, -1, &params, write);
     if (!s.ok()) return ToGrpcStatus(s);

@@ -3,9 +3,12 @@
 #ifndef FULCRUM_SERVER_PS_SERVICE_H_
 #define FULCRUM_SERVER_PS_SERVICE_H_
 
+#include <memory>
+
 #include "absl/time/time.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "server/ps/shard_core.h"
+#include "server/ps/shard_metrics.h"
 
 namespace fulcrum {
 
@@ -15,11 +18,12 @@ class ParameterServerService final : public v1::ParameterServer::Service {
     // Longest a stream waits for the other workers of a step before giving
     // up with DEADLINE_EXCEEDED.
     absl::Duration step_timeout = absl::Minutes(5);
+    // Not owned; when null the service keeps its own (unexported) metrics.
+    ShardMetrics* metrics = nullptr;
   };
 
   // `shard` is not owned and must outlive the service.
-  ParameterServerService(ParameterShard* shard, Options options)
-      : shard_(shard), options_(options) {}
+  ParameterServerService(ParameterShard* shard, Options options);
 
   grpc::Status InitJob(grpc::ServerContext* context,
                        const v1::InitJobRequest* request,
@@ -36,8 +40,15 @@ class ParameterServerService final : public v1::ParameterServer::Service {
                     grpc::ServerWriter<v1::Params>* writer) override;
 
  private:
+  absl::Status ServeStream(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream);
+
   ParameterShard* const shard_;  // Not owned.
   const Options options_;
+  std::unique_ptr<metrics::Registry> own_registry_;
+  std::unique_ptr<ShardMetrics> own_metrics_;
+  ShardMetrics* metrics_;
 };
 
 }  // namespace fulcrum

@@ -53,6 +53,7 @@ bool ShardAgent::Register() {
       });
   if (!s.ok()) return false;
   shard_id_ = response.shard_id();
+  registered_ = true;
   interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
   std::cerr << "fulcrum-server: registered as " << shard_id_ << "\n";
   return true;

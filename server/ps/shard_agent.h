@@ -5,6 +5,7 @@
 #ifndef FULCRUM_SERVER_PS_SHARD_AGENT_H_
 #define FULCRUM_SERVER_PS_SHARD_AGENT_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@ class ShardAgent {
   ~ShardAgent();
   void Start();
   void Stop();  // leaves the coordinator (best effort) and joins the thread
+  bool Registered() const { return registered_.load(); }
 
  private:
   void Run();
@@ -34,6 +36,7 @@ class ShardAgent {
   std::string shard_id_;
   int64_t interval_ms_ = 1000;
   absl::Notification stop_;
+  std::atomic<bool> registered_{false};
   std::thread thread_;
 };
 

@@ -6,6 +6,8 @@
 #   cluster_wait_members N              # until N workers+shards registered
 #   ctl ARGS...                         # fulcrumctl against the cluster
 #   cluster_stop                        # also installed as the EXIT trap
+#   cluster_targets FILE                # Prometheus file_sd JSON of every
+#                                       # process's /metrics endpoint
 cluster_pids=()
 
 cluster_build() {
@@ -35,7 +37,8 @@ cluster_start() {
   trap cluster_stop EXIT
   rm -rf "$dir"; mkdir -p "$dir"
   "$bin/server/coordinator/fulcrum-coordinator" --listen=127.0.0.1:0 \
-    --port_file="$dir/coordinator.port" --heartbeat_ms=200 2>"$dir/coordinator.log" &
+    --port_file="$dir/coordinator.port" --heartbeat_ms=200 \
+    --metrics_port_file="$dir/coordinator.metrics_port" 2>"$dir/coordinator.log" &
   cluster_pids+=($!)
   for _ in $(seq 100); do [ -s "$dir/coordinator.port" ] && break; sleep 0.1; done
   if [ ! -s "$dir/coordinator.port" ]; then
@@ -45,7 +48,7 @@ cluster_start() {
   coord=127.0.0.1:$(cat "$dir/coordinator.port")
   for i in $(seq "$shards"); do
     "$bin/server/ps/fulcrum-server" --listen=127.0.0.1:0 --coordinator="$coord" \
-      2>"$dir/shard-$i.log" &
+      --metrics_port_file="$dir/shard-$i.metrics_port" 2>"$dir/shard-$i.log" &
     cluster_pids+=($!)
   done
 }
@@ -53,7 +56,8 @@ cluster_start() {
 cluster_add_worker() {
   local dir=$1 name=$2
   shift 2
-  "$bin/worker/fulcrum-worker" --coordinator="$coord" "$@" 2>"$dir/$name.log" &
+  "$bin/worker/fulcrum-worker" --coordinator="$coord" \
+    --metrics_port_file="$dir/$name.metrics_port" "$@" 2>"$dir/$name.log" &
   cluster_pids+=($!)
 }
 
@@ -68,4 +72,22 @@ cluster_wait_members() {
   done
   echo "only $n of $want members registered" >&2
   return 1
+}
+
+cluster_targets() {
+  local dir out=$1 f name role first=1
+  dir=$(dirname "$(ls "$run"/*.metrics_port | head -1)")
+  {
+    echo "["
+    for f in "$dir"/*.metrics_port; do
+      name=$(basename "$f" .metrics_port)
+      case $name in coordinator) role=coordinator ;; shard-*) role=server ;; *) role=worker ;; esac
+      [ $first -eq 1 ] || echo ","
+      first=0
+      printf '  {"targets": ["127.0.0.1:%s"], "labels": {"role": "%s", "process": "%s"}}' \
+        "$(cat "$f")" "$role" "$name"
+    done
+    echo
+    echo "]"
+  } > "$out.tmp" && mv "$out.tmp" "$out"
 }

@@ -1,0 +1,47 @@
+#include "server/ps/shard_metrics.h"
+
+namespace fulcrum {
+
+ShardMetrics::ShardMetrics(metrics::Registry& r)
+    : push_bytes(r.AddCounter("fulcrum_server_push_bytes_total",
+                              "Gradient payload bytes received from workers.",
+                              {"job_id"})),
+      pull_bytes(r.AddCounter("fulcrum_server_pull_bytes_total",
+                              "Parameter payload bytes sent to workers.",
+                              {"job_id"})),
+      aggregate_seconds(
+          r.AddHistogram("fulcrum_server_aggregate_seconds",
+                         "Time to validate and accumulate one push, including "
+                         "the optimizer update "
+                         "when the push completes a step (sync) or a worker's "
+                         "gradient (ssp/async).",
+                         {"job_id"}, metrics::ExponentialBuckets(1e-6, 3, 14))),
+      barrier_wait_seconds(
+          r.AddHistogram("fulcrum_server_barrier_wait_seconds",
+                         "Time a worker's read waited for the other workers "
+                         "(sync barrier or ssp bound).",
+                         {"job_id"}, metrics::LatencyBuckets())),
+      staleness(r.AddHistogram(
+          "fulcrum_server_staleness",
+          "Staleness of each read in clocks: the reader's clock minus the "
+          "slowest "
+          "training worker's (0 in sync, at most s in ssp).",
+          {"job_id"}, {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256})),
+      rejected_pushes(r.AddCounter(
+          "fulcrum_server_rejected_pushes_total",
+          "Pushes and streams rejected, by status code.", {"reason"})),
+      jobs(r.AddGauge("fulcrum_server_jobs",
+                      "Jobs whose partitions this shard holds.")) {}
+
+ShardMetrics::Job ShardMetrics::ForJob(const std::string& job_id) {
+  return {&push_bytes.WithLabels({job_id}), &pull_bytes.WithLabels({job_id}),
+          &aggregate_seconds.WithLabels({job_id}),
+          &barrier_wait_seconds.WithLabels({job_id}),
+          &staleness.WithLabels({job_id})};
+}
+
+void ShardMetrics::Rejected(const std::string& reason) {
+  rejected_pushes.WithLabels({reason}).Increment();
+}
+
+}  // namespace fulcrum

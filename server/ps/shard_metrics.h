@@ -1,0 +1,38 @@
+// The parameter shard's Prometheus metrics (docs/metrics.md).
+#ifndef FULCRUM_SERVER_PS_SHARD_METRICS_H_
+#define FULCRUM_SERVER_PS_SHARD_METRICS_H_
+
+#include <string>
+
+#include "common/metrics/metrics.h"
+
+namespace fulcrum {
+
+struct ShardMetrics {
+  explicit ShardMetrics(metrics::Registry& r);
+
+  // The children for one job, looked up once per stream.
+  struct Job {
+    metrics::Counter* push_bytes;
+    metrics::Counter* pull_bytes;
+    metrics::Histogram* aggregate_seconds;
+    metrics::Histogram* barrier_wait_seconds;
+    metrics::Histogram* staleness;
+  };
+  Job ForJob(const std::string& job_id);
+  // Counts a rejected push; `reason` is the status code, e.g.
+  // "invalid_argument".
+  void Rejected(const std::string& reason);
+
+  metrics::Family<metrics::Counter>& push_bytes;
+  metrics::Family<metrics::Counter>& pull_bytes;
+  metrics::Family<metrics::Histogram>& aggregate_seconds;
+  metrics::Family<metrics::Histogram>& barrier_wait_seconds;
+  metrics::Family<metrics::Histogram>& staleness;
+  metrics::Family<metrics::Counter>& rejected_pushes;
+  metrics::Family<metrics::Gauge>& jobs;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_SHARD_METRICS_H_
