@@ -14,74 +14,14 @@
 
 #include "common/testing/process.h"
 #include "gtest/gtest.h"
+#include "tests/process_cluster.h"
 
 namespace fulcrum {
 namespace {
 
-using testing::Process;
-using testing::RunCommand;
-using testing::Runfile;
+using Cluster = testing::ProcessCluster;
 
 constexpr char kDataset[] = "/usr/share/datasets/fashion-mnist";
-
-class Cluster {
- public:
-  Cluster(const std::string& name, int shards, int workers)
-      : dir_(testing::TestTempDir() + "/" + name) {
-    mkdir(dir_.c_str(), 0755);
-    const std::string port_file = dir_ + "/coordinator.port";
-    procs_.push_back(std::make_unique<Process>(
-        std::vector<std::string>{
-            Runfile("server/coordinator/fulcrum-coordinator"),
-            "--listen=127.0.0.1:0", "--port_file=" + port_file,
-            "--heartbeat_ms=200", "--start_grace_ms=3000"},
-        dir_ + "/coordinator.log"));
-    if (!testing::WaitForFile(port_file, absl::Seconds(20))) return;
-    address_ = "127.0.0.1:" +
-               std::to_string(std::atoi(testing::ReadFile(port_file).c_str()));
-    for (int i = 0; i < shards; ++i) {
-      procs_.push_back(std::make_unique<Process>(
-          std::vector<std::string>{Runfile("server/ps/fulcrum-server"),
-                                   "--listen=127.0.0.1:0",
-                                   "--coordinator=" + address_},
-          dir_ + "/shard.log"));
-    }
-    for (int i = 0; i < workers; ++i) {
-      procs_.push_back(std::make_unique<Process>(
-          std::vector<std::string>{Runfile("worker/fulcrum-worker"),
-                                   "--coordinator=" + address_, "--max_jobs=1"},
-          dir_ + "/worker.log"));
-    }
-  }
-  ~Cluster() {
-    for (auto it = procs_.rbegin(); it != procs_.rend(); ++it)
-      (*it)->Stop(absl::Seconds(5));
-  }
-  const std::string& address() const { return address_; }
-  std::string CtlLog() const {
-    return testing::ReadFile(dir_ + "/fulcrumctl.log");
-  }
-
-  testing::RunResult Ctl(std::vector<std::string> args,
-                         absl::Duration timeout = absl::Seconds(30)) {
-    args.insert(args.begin(),
-                {Runfile("client/fulcrumctl"), "--coordinator=" + address_});
-    return RunCommand(args, timeout, dir_ + "/fulcrumctl.log");
-  }
-
-  std::string Logs() const {
-    std::string out;
-    for (const char* f : {"coordinator", "shard", "worker", "fulcrumctl"}) {
-      out += "---- " + std::string(f) + ".log\n" +
-             testing::ReadFile(dir_ + "/" + f + ".log");
-    }
-    return out;
-  }
-
- private:
-  std::string dir_, address_;
-  std::vector<std::unique_ptr<Process>> procs_;
-};
 
 std::string WriteJob(const std::string& name, const std::string& body) {
   const std::string path = testing::TestTempDir() + "/" + name;
@@ -105,7 +45,7 @@ TEST(EndToEndTest, TrainsFashionMnistSubsetToTargetAccuracy) {
       << kDataset
       << " is missing: run tools/setup.sh (Debian package "
          "dataset-fashion-mnist)";
-  Cluster cluster("train", 2, 2);
+  Cluster cluster("train", {.shards = 2, .workers = 2});
   ASSERT_FALSE(cluster.address().empty()) << cluster.Logs();
   const std::string job = WriteJob("job.yaml", R"(
 name: e2e-subset
@@ -141,7 +81,7 @@ eval_every_steps: 50
 }
 
 TEST(EndToEndTest, CtlRejectsBadInputWithTheFieldNamed) {
-  Cluster cluster("bad_input", 1, 0);
+  Cluster cluster("bad_input", {.shards = 1, .workers = 0});
   ASSERT_FALSE(cluster.address().empty()) << cluster.Logs();
   const std::string bad = WriteJob("bad.yaml", R"(
 name: bad

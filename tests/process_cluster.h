@@ -1,0 +1,56 @@
+// A local cluster of real Fulcrum processes for multi-process tests: a
+// coordinator, shards and workers on 127.0.0.1 (kernel-picked ports), each
+// logging to the test's temp dir, all stopped and reaped by the destructor.
+#ifndef FULCRUM_TESTS_PROCESS_CLUSTER_H_
+#define FULCRUM_TESTS_PROCESS_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/testing/process.h"
+
+namespace fulcrum::testing {
+
+class ProcessCluster {
+ public:
+  struct Options {
+    int shards = 1;
+    int workers = 1;
+    std::vector<std::string> worker_flags;  // added to every worker
+  };
+  struct MetricsEndpoint {
+    std::string role;     // coordinator | server | worker
+    std::string process;  // coordinator, shard-1, worker-2, ...
+    int port = 0;
+  };
+
+  // `name` makes the log directory unique within the test.
+  ProcessCluster(const std::string& name, const Options& options);
+  ~ProcessCluster();
+
+  // Empty when the coordinator did not come up.
+  const std::string& address() const { return address_; }
+  const std::string& dir() const { return dir_; }
+  // Runs fulcrumctl against the cluster (stderr goes to fulcrumctl.log).
+  RunResult Ctl(std::vector<std::string> args,
+                absl::Duration timeout = absl::Seconds(30));
+  std::string CtlLog() const;
+  // Every log, for failure messages.
+  std::string Logs() const;
+  // The /metrics endpoint of every process (waits for their port files).
+  std::vector<MetricsEndpoint> MetricsEndpoints(absl::Duration timeout) const;
+
+ private:
+  void Add(const std::string& process, std::vector<std::string> argv);
+
+  const std::string dir_;
+  std::string address_;
+  std::vector<std::string> names_;
+  std::vector<std::unique_ptr<Process>> procs_;
+};
+
+}  // namespace fulcrum::testing
+
+#endif  // FULCRUM_TESTS_PROCESS_CLUSTER_H_
