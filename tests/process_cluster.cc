@@ -22,9 +22,9 @@ ProcessCluster::ProcessCluster(const std::string& name, const Options& options)
          "--coordinator=" + address_});
   }
   for (int i = 1; i <= options.workers; ++i) {
-    std::vector<std::string> argv = {Runfile("worker/fulcrum-worker"),
-                                     "--coordinator=" + address_,
-                                     "--max_jobs=1"};
+    std::vector<std::string> argv = {
+        Runfile("worker/fulcrum-worker"), "--coordinator=" + address_,
+        "--max_jobs=" + std::to_string(options.worker_max_jobs)};
     argv.insert(argv.end(), options.worker_flags.begin(),
                 options.worker_flags.end());
     Add("worker-" + std::to_string(i), argv);

@@ -19,6 +19,7 @@ class ProcessCluster {
     int shards = 1;
     int workers = 1;
     std::vector<std::string> worker_flags;  // added to every worker
+    int worker_max_jobs = 1;                // workers exit after this many jobs (0: never)
   };
   struct MetricsEndpoint {
     std::string role;     // coordinator | server | worker

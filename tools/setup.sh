@@ -11,6 +11,7 @@ PACKAGES=(
   libopenblas-dev zlib1g-dev libyaml-cpp-dev libcivetweb-dev
   dataset-fashion-mnist                # the reference workload's data
   procps                               # pkill/ps in scripts
+  prometheus                           # promtool and a real Prometheus for the monitoring tests
 )
 
 missing=()

@@ -47,6 +47,9 @@ std::string TestTempDir();
 // Polls until `path` exists and is non-empty, or the timeout passes.
 bool WaitForFile(const std::string& path, absl::Duration timeout);
 std::string ReadFile(const std::string& path);
+// A TCP port on 127.0.0.1 that was free a moment ago (for programs that
+// cannot listen on port 0 and report it, like Prometheus).
+int PickFreePort();
 
 }  // namespace fulcrum::testing
 

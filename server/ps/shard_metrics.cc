@@ -31,7 +31,17 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
           "fulcrum_server_rejected_pushes_total",
           "Pushes and streams rejected, by status code.", {"reason"})),
       jobs(r.AddGauge("fulcrum_server_jobs",
-                      "Jobs whose partitions this shard holds.")) {}
+                      "Jobs whose partitions this shard holds.")) {
+  // Every reason is exported from the start (at 0), so rates and alerts see
+  // the series before the first rejection.
+  for (const char* reason :
+       {"invalid_argument", "not_found", "failed_precondition",
+        "permission_denied", "aborted", "deadline_exceeded", "unavailable",
+        "internal", "data_loss", "out_of_range"}) {
+    rejected_pushes.WithLabels({reason});
+  }
+  jobs.WithLabels().Set(0);
+}
 
 ShardMetrics::Job ShardMetrics::ForJob(const std::string& job_id) {
   return {&push_bytes.WithLabels({job_id}), &pull_bytes.WithLabels({job_id}),
