@@ -147,6 +147,14 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"staleness",
        Scalar<int>("an integer", [c](int v) { c->set_staleness(v); })},
   };
+  auto* ck = spec->mutable_checkpoint();
+  const std::map<std::string, Handler> checkpoint = {
+      {"every_steps",
+       Scalar<int64_t>("an integer",
+                       [ck](int64_t v) { ck->set_every_steps(v); })},
+      {"dir", Str(ck->mutable_dir())},
+      {"keep", Scalar<int>("an integer", [ck](int v) { ck->set_keep(v); })},
+  };
   const std::map<std::string, Handler> workers = {
       {"min", Scalar<int>("an integer", [w](int v) { w->set_min(v); })},
       {"max", Scalar<int>("an integer", [w](int v) { w->set_max(v); })},
@@ -163,6 +171,7 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"optimizer", nested(optimizer)},
       {"consistency", nested(consistency)},
       {"workers", nested(workers)},
+      {"checkpoint", nested(checkpoint)},
       {"batch_size",
        Scalar<int>("an integer", [spec](int v) { spec->set_batch_size(v); })},
       {"epochs",
@@ -308,6 +317,26 @@ absl::Status ValidateConsistency(const v1::ConsistencySpec& c) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateCheckpoint(const v1::JobSpec& spec) {
+  const v1::CheckpointSpec& c = spec.checkpoint();
+  if (c.every_steps() < 0) {
+    return Bad("checkpoint.every_steps",
+               absl::StrCat("must be >= 0", Got(c.every_steps())));
+  }
+  if (c.every_steps() == 0) return absl::OkStatus();
+  if (c.dir().empty())
+    return Bad("checkpoint.dir", "must be set when checkpoint.every_steps > 0");
+  if (c.keep() < 1)
+    return Bad("checkpoint.keep", absl::StrCat("must be >= 1", Got(c.keep())));
+  if (spec.consistency().mode() != "sync") {
+    return Bad(
+        "checkpoint.every_steps",
+        "checkpoints need consistency.mode sync (a consistent cut); ssp/async "
+        "checkpoints are not supported yet");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
@@ -348,6 +377,7 @@ void ApplyDefaults(JobSpec* spec) {
   if (!spec->has_chunk_bytes()) spec->set_chunk_bytes(kDefaultChunkBytes);
   if (!spec->has_eval_every_steps())
     spec->set_eval_every_steps(kDefaultEvalEverySteps);
+  if (!spec->checkpoint().has_keep()) spec->mutable_checkpoint()->set_keep(3);
   if (spec->encoding() == v1::ENCODING_UNSPECIFIED)
     spec->set_encoding(v1::ENCODING_FP32);
 }
@@ -387,6 +417,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                absl::StrCat("must be >= 0", got(d.test_limit())));
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   RETURN_IF_ERROR(ValidateConsistency(spec.consistency()));
+  RETURN_IF_ERROR(ValidateCheckpoint(spec));
   if (spec.batch_size() < 1 || spec.batch_size() > 65536) {
     return Bad("batch_size",
                absl::StrCat("must be in [1, 65536]", got(spec.batch_size())));

@@ -122,6 +122,13 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
     job->ids_.push_back(id);
     job->slots_[id] = std::move(p);
   }
+  const v1::CheckpointSpec& ck = init.spec.checkpoint();
+  if (ck.every_steps() > 0 && !job->ids_.empty()) {
+    job->checkpointer_ =
+        std::make_unique<CheckpointWriter>(CheckpointWriter::Options{
+            ck.dir(), init.job_id, init.shard_index,
+            static_cast<int>(job->ids_.size()), ck.keep(), init.on_checkpoint});
+  }
   return job;
 }
 
@@ -258,6 +265,11 @@ absl::StatusOr<bool> JobShard::PushSync(PartitionState& p, int member,
     std::fill(p.accum.begin(), p.accum.end(), 0.0f);
   }
   ++p.version;
+  const int64_t every = init_.spec.checkpoint().every_steps();
+  if (checkpointer_ != nullptr && p.version % every == 0) {
+    checkpointer_->Add(p.version, p.meta.id,
+                       SaveLocked(p));  // a consistent cut at version
+  }
   p.stop = p.stop_requested;
   p.stop_requested = false;
   std::fill(p.got.begin(), p.got.end(), 0);
@@ -386,18 +398,27 @@ absl::StatusOr<std::string> JobShard::SavePartition(int32_t partition) const {
         absl::StrCat("partition ", partition, " is not held by this shard"));
   }
   absl::MutexLock lock(&p->mu);
+  return SaveLocked(*p);
+}
+
+std::string JobShard::SaveLocked(const PartitionState& p) const
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // REQUIRES: p.mu held
   SavedHeader h{
-      {'F', 'P', 'S', '1'}, kSavedFormat, partition, optimizer_.StateSlots(),
-      p->meta.size,         p->version,   p->updates};
+      {'F', 'P', 'S', '1'}, kSavedFormat, p.meta.id, optimizer_.StateSlots(),
+      p.meta.size,          p.version,    p.updates};
   std::string blob(
-      sizeof(h) + (p->params.size() + p->state.size()) * sizeof(float), '\0');
+      sizeof(h) + (p.params.size() + p.state.size()) * sizeof(float), '\0');
   char* out = blob.data();
   std::memcpy(out, &h, sizeof(h));
   out += sizeof(h);
-  std::memcpy(out, p->params.data(), p->params.size() * sizeof(float));
-  out += p->params.size() * sizeof(float);
-  std::memcpy(out, p->state.data(), p->state.size() * sizeof(float));
+  std::memcpy(out, p.params.data(), p.params.size() * sizeof(float));
+  out += p.params.size() * sizeof(float);
+  std::memcpy(out, p.state.data(), p.state.size() * sizeof(float));
   return blob;
+}
+
+int64_t JobShard::LastCheckpoint() const {
+  return checkpointer_ == nullptr ? -1 : checkpointer_->last_written();
 }
 
 absl::Status JobShard::RestorePartition(int32_t partition,

@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "common/tensor/layout.h"
 #include "fulcrum/v1/job.pb.h"
+#include "server/ps/checkpoint.h"
 #include "server/ps/clocks.h"
 #include "server/ps/optimizer.h"
 
@@ -57,6 +58,10 @@ struct JobInit {
   int num_shards = 1;
   int64_t generation = 1;
   std::vector<std::string> workers;
+  // Called after each checkpoint write attempt (not part of the job's
+  // identity: InitJob ignores it when comparing). May be null.
+  std::function<void(int64_t step, double seconds, const absl::Status& status)>
+      on_checkpoint;
 };
 
 // One job's partitions on this shard.
@@ -112,6 +117,9 @@ class JobShard {
   // or DATA_LOSS on a mismatched or truncated blob, which changes nothing.
   absl::Status RestorePartition(int32_t partition, std::string_view blob);
 
+  // The newest step whose checkpoint this shard wrote, or -1.
+  int64_t LastCheckpoint() const;
+
   // Wakes every waiter with ABORTED; later pushes fail; reads still work.
   void End();
   bool ended() const { return ended_.load(); }
@@ -125,6 +133,8 @@ class JobShard {
                                 const PushChunk& c);
   absl::StatusOr<bool> PushOnArrival(PartitionState& p, int member,
                                      const PushChunk& c);
+  // SavePartition's blob. REQUIRES: p.mu held.
+  std::string SaveLocked(const PartitionState& p) const;
 
   const JobInit init_;
   const ParameterLayout layout_;
@@ -136,8 +146,10 @@ class JobShard {
   std::atomic<bool> ended_{false};
   const Mode mode_;
   ClockTable clocks_;
-  std::atomic<bool> stop_requested_{
-      false};  // ssp/async: a worker asked to stop
+  // ssp/async: a worker asked to stop.
+  std::atomic<bool> stop_requested_{false};
+  // Last member: destroyed first, so queued checkpoint writes finish.
+  std::unique_ptr<CheckpointWriter> checkpointer_;
 };
 
 // All jobs on this shard process.

@@ -5,8 +5,10 @@
 #include <limits>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "common/config/job_spec.h"
 #include "gtest/gtest.h"
+#include "server/ps/checkpoint.h"
 
 namespace fulcrum {
 namespace {
@@ -237,6 +239,60 @@ TEST(ShardCoreTest, SaveAndRestoreCarryValuesOptimizerStateAndVersion) {
   EXPECT_EQ((*sgd)->RestorePartition(0, *blob).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReadAll(**copy), before);
+}
+
+TEST(ShardCoreTest, WritesCheckpointsEveryKStepsThatRestore) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/shard_ckpt";
+  JobInit init = TinyJob({"a"}, "momentum");
+  init.spec.mutable_checkpoint()->set_every_steps(2);
+  init.spec.mutable_checkpoint()->set_dir(dir);
+  init.spec.mutable_checkpoint()->set_keep(3);
+  std::vector<int64_t> written;
+  absl::Mutex mu;
+  init.on_checkpoint = [&](int64_t step, double, const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(s.ok()) << s;
+    written.push_back(step);
+  };
+  std::vector<float> at_step4;
+  {
+    auto job = JobShard::Create(init);
+    ASSERT_TRUE(job.ok()) << job.status();
+    std::vector<float> g(10, 0.5f);
+    for (int step = 0; step < 5; ++step)
+      ASSERT_TRUE(*(*job)->Push(0, Chunk(step, g, 1)));
+    // The state at version 4, before the fifth update.
+    auto file4 = [&] {
+      return ReadCheckpoint(CheckpointPath(dir, "job-1", 4, 0));
+    };
+    for (int i = 0; i < 200 && !file4().ok(); ++i)
+      absl::SleepFor(absl::Milliseconds(10));
+    EXPECT_EQ((*job)->LastCheckpoint(), 4);
+  }
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(written, (std::vector<int64_t>{2, 4}));
+  }
+  auto file = ReadCheckpoint(CheckpointPath(dir, "job-1", 4, 0));
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(file->partitions.size(), 1u);
+  // Restoring it gives a job at version 4 whose next update equals the
+  // original's fifth (momentum state included).
+  JobInit plain = TinyJob({"a"}, "momentum");
+  auto restored = JobShard::Create(plain);
+  ASSERT_TRUE(
+      (*restored)->RestorePartition(0, file->partitions[0].second).ok());
+  int64_t version;
+  ReadAll(**restored, &version);
+  EXPECT_EQ(version, 4);
+  auto replay = JobShard::Create(plain);
+  std::vector<float> g(10, 0.5f);
+  for (int step = 0; step < 5; ++step)
+    ASSERT_TRUE(*(*replay)->Push(0, Chunk(step, g, 1)));
+  ASSERT_TRUE(*(*restored)->Push(0, Chunk(4, g, 1)));
+  EXPECT_EQ(ReadAll(**restored), ReadAll(**replay));
 }
 
 TEST(ParameterShardTest, InitIsIdempotentAndChecksSpec) {

@@ -1,0 +1,97 @@
+// Checkpoint files: one per (job, step, shard), holding that shard's
+// partitions as JobShard::SavePartition blobs.
+//
+// Layout under the job's checkpoint.dir:  <job_id>/step-<N>/shard-<i>.ckpt
+// File: a fixed header (magic "FCK1", format version, step, shard, number
+// of partitions, CRC-32C of the payload, job id length), the job id, then
+// per partition: id (int32), blob length (uint64), blob. Little-endian.
+// Written to a temp file, fsync'd, renamed into place, directory fsync'd:
+// a reader sees a whole file or none.
+#ifndef FULCRUM_SERVER_PS_CHECKPOINT_H_
+#define FULCRUM_SERVER_PS_CHECKPOINT_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace fulcrum {
+
+struct CheckpointFile {
+  std::string job_id;
+  int64_t step = 0;
+  int32_t shard = 0;
+  std::vector<std::pair<int32_t, std::string>> partitions;  // id, blob
+};
+
+std::string CheckpointPath(const std::string& dir, const std::string& job_id,
+                           int64_t step, int32_t shard);
+
+// Creates the directories as needed. UNAVAILABLE-free: errors are INTERNAL
+// or the errno's meaning, naming the path.
+absl::Status WriteCheckpoint(const std::string& path,
+                             const CheckpointFile& file);
+
+// NOT_FOUND if missing; DATA_LOSS if truncated, not a checkpoint, or the
+// CRC does not match.
+absl::StatusOr<CheckpointFile> ReadCheckpoint(const std::string& path);
+
+// Deletes this shard's files in all but the newest `keep` step directories
+// of the job (and step directories left empty). Returns the steps kept.
+std::vector<int64_t> PruneCheckpoints(const std::string& dir,
+                                      const std::string& job_id, int32_t shard,
+                                      int keep);
+
+// Collects one shard's partition snapshots per step and, once every
+// partition held here has reported that step, writes the file from its own
+// thread (off the gradient hot path), then prunes to the newest `keep`.
+//
+// Thread safety: Add() and the accessors are safe to call concurrently.
+class CheckpointWriter {
+ public:
+  struct Options {
+    std::string dir;
+    std::string job_id;
+    int32_t shard = 0;
+    int partitions_here = 0;
+    int keep = 3;
+    // Called from the writer thread after each attempt. May be null.
+    std::function<void(int64_t step, double seconds,
+                       const absl::Status& status)>
+        on_written;
+  };
+
+  explicit CheckpointWriter(Options options);
+  // Writes what is complete, then joins the thread.
+  ~CheckpointWriter();
+
+  // `blob` is the partition's SavePartition state at `step`.
+  void Add(int64_t step, int32_t partition, std::string blob);
+  int64_t last_written() const;  // -1 before the first successful write
+  int64_t failures() const;
+
+ private:
+  void Run();
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;
+  std::map<int64_t, CheckpointFile> collecting_ ABSL_GUARDED_BY(mu_);
+  std::deque<CheckpointFile> ready_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t last_written_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_CHECKPOINT_H_

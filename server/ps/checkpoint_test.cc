@@ -1,0 +1,137 @@
+#include "server/ps/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+
+namespace fulcrum {
+namespace {
+
+std::string Dir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+}
+
+CheckpointFile Sample() {
+  CheckpointFile f;
+  f.job_id = "job-7";
+  f.step = 300;
+  f.shard = 1;
+  f.partitions = {{2, std::string(1000, 'a')}, {5, std::string("\0\1\2", 3)}};
+  return f;
+}
+
+TEST(CheckpointTest, RoundTrip) {
+  const std::string path = CheckpointPath(Dir("rt"), "job-7", 300, 1);
+  EXPECT_EQ(path, Dir("rt") + "/job-7/step-300/shard-1.ckpt");
+  ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+  struct stat st;
+  EXPECT_NE(stat((path + ".tmp").c_str(), &st), 0)
+      << "the temp file must be gone";
+  auto read = ReadCheckpoint(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->job_id, "job-7");
+  EXPECT_EQ(read->step, 300);
+  EXPECT_EQ(read->shard, 1);
+  EXPECT_EQ(read->partitions, Sample().partitions);
+}
+
+TEST(CheckpointTest, DetectsCorruptionAndTruncation) {
+  const std::string path = CheckpointPath(Dir("bad"), "job-7", 300, 1);
+  ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string& b) {
+    std::ofstream(path, std::ios::binary) << b;
+  };
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x40;  // a bit in a partition blob
+  write(flipped);
+  auto r = ReadCheckpoint(path);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("CRC-32C mismatch"), std::string::npos);
+  write(bytes.substr(0, bytes.size() - 10));
+  EXPECT_EQ(ReadCheckpoint(path).status().code(), absl::StatusCode::kDataLoss);
+  write(bytes.substr(0, 20));
+  EXPECT_EQ(ReadCheckpoint(path).status().code(), absl::StatusCode::kDataLoss);
+  write("not a checkpoint at all, but long enough to hold a header");
+  EXPECT_EQ(ReadCheckpoint(path).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadCheckpoint(path + ".missing").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(CheckpointTest, PruneKeepsTheNewest) {
+  const std::string dir = Dir("prune");
+  for (int64_t step : {100, 200, 300, 400}) {
+    for (int shard : {0, 1}) {
+      CheckpointFile f = Sample();
+      f.step = step;
+      f.shard = shard;
+      ASSERT_TRUE(
+          WriteCheckpoint(CheckpointPath(dir, "job-7", step, shard), f).ok());
+    }
+  }
+  EXPECT_EQ(PruneCheckpoints(dir, "job-7", 0, 2),
+            (std::vector<int64_t>{400, 300}));
+  struct stat st;
+  EXPECT_NE(stat(CheckpointPath(dir, "job-7", 100, 0).c_str(), &st), 0);
+  EXPECT_EQ(stat(CheckpointPath(dir, "job-7", 100, 1).c_str(), &st),
+            0);  // other shard's
+  EXPECT_EQ(stat(CheckpointPath(dir, "job-7", 300, 0).c_str(), &st), 0);
+  PruneCheckpoints(dir, "job-7", 1, 2);
+  EXPECT_NE(stat((dir + "/job-7/step-100").c_str(), &st), 0)
+      << "empty step dir removed";
+}
+
+TEST(CheckpointWriterTest, WritesOnceEveryPartitionReportedAndPrunes) {
+  const std::string dir = Dir("writer");
+  std::vector<int64_t> written;
+  absl::Mutex mu;
+  {
+    CheckpointWriter writer(
+        {dir, "job-9", 0, 2, 2,
+         [&](int64_t step, double seconds, const absl::Status& s) {
+           absl::MutexLock lock(&mu);
+           EXPECT_TRUE(s.ok()) << s;
+           EXPECT_GE(seconds, 0);
+           written.push_back(step);
+         }});
+    for (int64_t step : {10, 20, 30}) {
+      writer.Add(step, 4, "b" + std::to_string(step));
+      writer.Add(step, 1, "a" + std::to_string(step));
+    }
+    writer.Add(40, 1, "half");  // partition 4 never reports step 40: no file
+  }                             // the destructor finishes queued writes
+  EXPECT_EQ(written, (std::vector<int64_t>{10, 20, 30}));
+  auto file = ReadCheckpoint(CheckpointPath(dir, "job-9", 30, 0));
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->partitions, (std::vector<std::pair<int32_t, std::string>>{
+                                  {1, "a30"}, {4, "b30"}}));
+  struct stat st;
+  EXPECT_NE(stat(CheckpointPath(dir, "job-9", 10, 0).c_str(), &st), 0)
+      << "pruned (keep 2)";
+  EXPECT_NE(stat(CheckpointPath(dir, "job-9", 40, 0).c_str(), &st), 0);
+}
+
+TEST(CheckpointWriterTest, ReportsFailures) {
+  const std::string blocker = Dir("blocker");
+  std::ofstream(blocker) << "a file where a directory should be";
+  absl::Status seen;
+  {
+    CheckpointWriter writer(
+        {blocker, "job-1", 0, 1, 3,
+         [&](int64_t, double, const absl::Status& s) { seen = s; }});
+    writer.Add(5, 0, "x");
+  }
+  EXPECT_FALSE(seen.ok());
+}
+
+}  // namespace
+}  // namespace fulcrum
