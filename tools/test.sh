@@ -21,18 +21,20 @@ for t in $targets; do
   rel=${t#//}
   rel=${rel/://}
   xml="$testlogs/$rel/test.xml"
-  header=$(grep -m1 -o '<testsuites[^>]*>' "$xml" 2>/dev/null || true)
-  if [ -z "$header" ]; then
+  # Sum over every <testsuite> element: GoogleTest writes one per suite,
+  # Bazel writes one for tests that are not GoogleTest (sh_test) or that
+  # crashed or timed out before reporting.
+  counts=$(grep -o '<testsuite [^>]*>' "$xml" 2>/dev/null | awk '
+    function attr(s, name,   m) { return match(s, " " name "=\"[0-9]+\"") ? substr(s, RSTART + length(name) + 3, RLENGTH - length(name) - 4) + 0 : 0 }
+    { n += attr($0, "tests"); f += attr($0, "failures") + attr($0, "errors"); d += attr($0, "disabled") }
+    END { if (NR == 0) print "none"; else print n, f, d }')
+  if [ -z "$counts" ] || [ "$counts" = "none" ]; then
     echo "no results for $t"
     failed=$((failed + 1))
     continue
   fi
-  attr() { echo "$header" | sed -n "s/.* $1=\"\([0-9]*\)\".*/\1/p"; }
-  n=$(attr tests); f=$(attr failures); e=$(attr errors); d=$(attr disabled)
-  n=${n:-0}; f=${f:-0}; e=${e:-0}; d=${d:-0}
-  bad=$((f + e))
-  # Bazel's own XML for a crashed or timed-out binary has no counts.
-  if [ "$n" -eq 0 ]; then bad=1; fi
+  read -r n bad d <<< "$counts"
+  [ "$n" -eq 0 ] && bad=1
   ok=$((n - d - bad))
   [ "$ok" -lt 0 ] && ok=0
   passed=$((passed + ok))
