@@ -31,6 +31,9 @@ std::string ProgressLine(const v1::JobStatus& s) {
     absl::StrAppendFormat(&line, " step %.1f+%.1fms", p.step_compute_ms(),
                           p.step_wait_ms());
   }
+  if (s.spec().checkpoint().every_steps() > 0) {
+    absl::StrAppendFormat(&line, " ckpt %d", s.checkpoint_step());
+  }
   if (s.spec().consistency().mode() != "sync" && s.staleness().reads() > 0) {
     absl::StrAppendFormat(&line, " staleness %.2f/%d", s.staleness().mean(),
                           s.staleness().max());

@@ -58,6 +58,8 @@ workers: {min: 2, max: 2}
 shards: 2
 seed: 3
 eval_every_steps: 50
+checkpoint: {every_steps: 100, dir: )" + testing::TestTempDir() +
+                                                   R"(/ckpt, keep: 2}
 )");
   testing::RunResult submit = cluster.Ctl({"submit", job});
   ASSERT_EQ(submit.exit_code, 0) << cluster.Logs();
@@ -78,6 +80,17 @@ eval_every_steps: 50
   EXPECT_EQ(JsonNumber(json.out, "step"), 282) << json.out;
   EXPECT_GE(JsonNumber(json.out, "test_accuracy"), 0.75) << json.out;
   EXPECT_EQ(JsonNumber(json.out, "evaluated_step"), 282) << json.out;
+  // Both shards checkpointed steps 100 and 200; the coordinator knows 200 is
+  // complete; only the newest 2 are kept, and they read back intact.
+  EXPECT_EQ(JsonNumber(json.out, "checkpoint_step"), 200) << json.out;
+  for (int shard : {0, 1}) {
+    for (int step : {100, 200}) {
+      const std::string path = testing::TestTempDir() + "/ckpt/" + job_id +
+                               "/step-" + std::to_string(step) + "/shard-" +
+                               std::to_string(shard) + ".ckpt";
+      EXPECT_EQ(access(path.c_str(), R_OK), 0) << path;
+    }
+  }
 }
 
 TEST(EndToEndTest, CtlRejectsBadInputWithTheFieldNamed) {

@@ -185,7 +185,9 @@ TEST_F(MonitoringE2eTest,
          "optimizer: {type: momentum, lr: 0.05, momentum: 0.9}\n"
          "batch_size: 64\nepochs: 10\nworkers: {min: 2, max: 2}\nshards: "
          "2\nseed: 1\n"
-         "target_accuracy: 0.80\neval_every_steps: 1000\nmax_steps: 400\n";
+         "target_accuracy: 0.80\neval_every_steps: 1000\nmax_steps: 400\n"
+         "checkpoint: {every_steps: 100, dir: "
+      << dir << "/checkpoints}\n";
   auto submit = cluster.Ctl({"submit", dir + "/job.yaml"});
   ASSERT_EQ(submit.exit_code, 0) << cluster.Logs();
   const std::string job_id = submit.out.substr(0, submit.out.find('\n'));

@@ -256,6 +256,13 @@ void Coordinator::RefreshProgress(Job& job) const {
   }
   job.status.set_live_workers(live);
   if (running) job.status.mutable_progress()->set_samples_per_sec(rate);
+  // A checkpoint is complete once every shard of the job has written it.
+  int64_t complete = INT64_MAX;
+  for (const std::string& shard : job.status.shards()) {
+    auto it = job.checkpoints.find(shard);
+    complete = std::min(complete, it == job.checkpoints.end() ? 0 : it->second);
+  }
+  job.status.set_checkpoint_step(job.status.shards().empty() ? 0 : complete);
   int64_t samples = 0;
   for (const auto& [worker, n] : job.samples) samples += n;
   job.status.mutable_progress()->set_samples_total(samples);
@@ -407,8 +414,10 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
   it->second.last_heartbeat = options_.now();
   for (const v1::ShardJobStats& stats : request.jobs()) {
     auto job = jobs_.find(stats.job_id());
-    if (job != jobs_.end())
+    if (job != jobs_.end()) {
       job->second.staleness[it->first] = stats.staleness();
+      job->second.checkpoints[it->first] = stats.checkpoint_step();
+    }
   }
   v1::ShardHeartbeatResponse response;
   for (const auto& [id, job] : jobs_) {

@@ -98,6 +98,8 @@ class Coordinator {
     std::vector<std::string> shard_addresses;
     std::map<std::string, v1::StalenessSummary> staleness;  // by shard id
     std::map<std::string, int64_t> samples;  // trained so far, by worker id
+    std::map<std::string, int64_t>
+        checkpoints;  // newest written step, by shard id
   };
   struct Launch {  // a job whose shards must be initialised
     std::string job_id;

@@ -149,17 +149,19 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
             absl::StatusCode::kNotFound);
 }
 
-TEST_F(CoordinatorTest, MergesStalenessFromEveryShard) {
+TEST_F(CoordinatorTest, MergesStalenessAndCheckpointsFromEveryShard) {
   auto id = coordinator_.SubmitJob(Spec(1, 1, 2));
   AddWorker();
   const std::string s1 = AddShard("127.0.0.1:1");
   const std::string s2 = AddShard("127.0.0.1:2");
   coordinator_.Tick();
-  auto beat = [&](const std::string& shard, std::vector<int64_t> histogram) {
+  auto beat = [&](const std::string& shard, std::vector<int64_t> histogram,
+                  int64_t checkpoint = 0) {
     v1::ShardHeartbeatRequest r;
     r.set_shard_id(shard);
     v1::ShardJobStats* stats = r.add_jobs();
     stats->set_job_id(*id);
+    stats->set_checkpoint_step(checkpoint);
     int64_t reads = 0, sum = 0;
     for (size_t i = 0; i < histogram.size(); ++i) {
       stats->mutable_staleness()->add_histogram(histogram[i]);
@@ -171,9 +173,14 @@ TEST_F(CoordinatorTest, MergesStalenessFromEveryShard) {
     stats->mutable_staleness()->set_max(histogram.size() - 1);
     ASSERT_TRUE(coordinator_.ShardHeartbeat(r).ok());
   };
-  beat(s1, {4, 2});        // 6 reads, sum 2
-  beat(s2, {1, 0, 0, 1});  // 2 reads, sum 3
-  beat(s1, {6, 2});        // a newer report replaces the older: 8 reads, sum 2
+  beat(s1, {4, 2}, 100);  // 6 reads, sum 2
+  EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 0)
+      << "s2 has not written any";
+  beat(s2, {1, 0, 0, 1}, 200);  // 2 reads, sum 3
+  EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 100)
+      << "complete = on every shard";
+  beat(s1, {6, 2}, 200);  // a newer report replaces the older: 8 reads, sum 2
+  EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 200);
   const v1::StalenessSummary st = coordinator_.GetJob(*id)->staleness();
   EXPECT_EQ(st.reads(), 10);
   EXPECT_EQ(st.max(), 3);

@@ -34,7 +34,15 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r,
       staleness_max_(
           r.AddGauge("fulcrum_job_staleness_max",
                      "Largest staleness of any read so far, over every shard.",
-                     {"job_id"})) {
+                     {"job_id"})),
+      checkpoint_step_(r.AddGauge(
+          "fulcrum_job_checkpoint_step",
+          "Newest step every shard of the job has checkpointed (0: none yet).",
+          {"job_id"})),
+      checkpoint_every_(r.AddGauge(
+          "fulcrum_job_checkpoint_every_steps",
+          "The job's checkpoint.every_steps (jobs with checkpoints only).",
+          {"job_id"})) {
   // Every state and role always has a value, so "no such jobs" reads 0.
   for (const char* s :
        {"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"}) {
@@ -65,7 +73,8 @@ void CoordinatorMetrics::Collect() {
     members_.WithLabels({role}).Set(by_role[role]);
 
   for (auto* f : {&live_workers_, &generation_, &running_, &step_, &loss_,
-                  &accuracy_, &samples_per_second_, &staleness_max_}) {
+                  &accuracy_, &samples_per_second_, &staleness_max_,
+                  &checkpoint_step_, &checkpoint_every_}) {
     f->Clear();
   }
   // Running jobs, and the most recently ended ones.
@@ -93,6 +102,12 @@ void CoordinatorMetrics::Collect() {
     loss_.WithLabels(l).Set(j->progress().loss());
     samples_per_second_.WithLabels(l).Set(j->progress().samples_per_sec());
     staleness_max_.WithLabels(l).Set(static_cast<double>(j->staleness().max()));
+    if (j->spec().checkpoint().every_steps() > 0) {
+      checkpoint_step_.WithLabels(l).Set(
+          static_cast<double>(j->checkpoint_step()));
+      checkpoint_every_.WithLabels(l).Set(
+          static_cast<double>(j->spec().checkpoint().every_steps()));
+    }
     if (j->progress().evaluated_step() > 0) {
       accuracy_.WithLabels(l).Set(j->progress().test_accuracy());
     }

@@ -37,6 +37,8 @@ class CoordinatorMetrics {
   metrics::Family<metrics::Gauge>& accuracy_;
   metrics::Family<metrics::Gauge>& samples_per_second_;
   metrics::Family<metrics::Gauge>& staleness_max_;
+  metrics::Family<metrics::Gauge>& checkpoint_step_;
+  metrics::Family<metrics::Gauge>& checkpoint_every_;
 };
 
 }  // namespace fulcrum

@@ -79,5 +79,7 @@ int main(int argc, char** argv) {
   agent.Stop();
   for (const std::string& job : shard.JobIds()) shard.EndJob(job);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Finish queued checkpoint writes while the metrics they report to exist.
+  for (const std::string& job : shard.JobIds()) shard.ForgetJob(job);
   return 0;
 }

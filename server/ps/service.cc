@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iostream>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
@@ -101,8 +102,20 @@ grpc::Status ParameterServerService::InitJob(grpc::ServerContext*,
   init.num_shards = request->num_shards();
   init.generation = request->generation();
   init.workers.assign(request->workers().begin(), request->workers().end());
+  if (init.spec.checkpoint().every_steps() > 0) {
+    ShardMetrics* m = metrics_;
+    const std::string job_id = init.job_id;
+    init.on_checkpoint = [m, job_id](int64_t step, double seconds,
+                                     const absl::Status& s) {
+      m->CheckpointWritten(job_id, step, seconds, s.ok());
+      if (!s.ok())
+        std::cerr << "fulcrum-server: checkpoint failed: " << s << "\n";
+    };
+  }
   absl::StatusOr<std::shared_ptr<JobShard>> job = shard_->InitJob(init);
   if (!job.ok()) return ToGrpcStatus(job.status());
+  if (init.spec.checkpoint().every_steps() > 0)
+    metrics_->CheckpointsEnabled(init.job_id);
   for (int32_t id : (*job)->partition_ids()) response->add_partitions(id);
   return grpc::Status::OK;
 }

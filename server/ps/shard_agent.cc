@@ -74,6 +74,7 @@ void ShardAgent::Run() {
       const StalenessStats stats = (*job)->clocks().Stats();
       v1::ShardJobStats* out = request.add_jobs();
       out->set_job_id(job_id);
+      out->set_checkpoint_step(std::max<int64_t>(0, (*job)->LastCheckpoint()));
       v1::StalenessSummary* st = out->mutable_staleness();
       st->set_reads(stats.reads);
       st->set_max(stats.max);

@@ -31,7 +31,17 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
           "fulcrum_server_rejected_pushes_total",
           "Pushes and streams rejected, by status code.", {"reason"})),
       jobs(r.AddGauge("fulcrum_server_jobs",
-                      "Jobs whose partitions this shard holds.")) {
+                      "Jobs whose partitions this shard holds.")),
+      checkpoint_seconds(r.AddHistogram(
+          "fulcrum_checkpoint_seconds",
+          "Time to write (and fsync) this shard's checkpoint file of a step.",
+          {"job_id"}, metrics::LatencyBuckets())),
+      checkpoint_failures(r.AddCounter(
+          "fulcrum_checkpoint_failures_total",
+          "Checkpoint writes that failed on this shard.", {"job_id"})),
+      checkpoint_last_step(r.AddGauge(
+          "fulcrum_checkpoint_last_step",
+          "Newest step this shard wrote a checkpoint of.", {"job_id"})) {
   // Every reason is exported from the start (at 0), so rates and alerts see
   // the series before the first rejection.
   for (const char* reason :
@@ -48,6 +58,23 @@ ShardMetrics::Job ShardMetrics::ForJob(const std::string& job_id) {
           &aggregate_seconds.WithLabels({job_id}),
           &barrier_wait_seconds.WithLabels({job_id}),
           &staleness.WithLabels({job_id})};
+}
+
+void ShardMetrics::CheckpointsEnabled(const std::string& job_id) {
+  checkpoint_failures.WithLabels({job_id});
+  checkpoint_last_step.WithLabels({job_id});
+  checkpoint_seconds.WithLabels({job_id});
+}
+
+void ShardMetrics::CheckpointWritten(const std::string& job_id, int64_t step,
+                                     double seconds, bool ok) {
+  checkpoint_seconds.WithLabels({job_id}).Observe(seconds);
+  if (!ok) {
+    checkpoint_failures.WithLabels({job_id}).Increment();
+    return;
+  }
+  metrics::Gauge& last = checkpoint_last_step.WithLabels({job_id});
+  if (step > last.Value()) last.Set(static_cast<double>(step));
 }
 
 void ShardMetrics::Rejected(const std::string& reason) {

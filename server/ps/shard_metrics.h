@@ -23,6 +23,12 @@ struct ShardMetrics {
   // Counts a rejected push; `reason` is the status code, e.g.
   // "invalid_argument".
   void Rejected(const std::string& reason);
+  // Declares the job's checkpoint series (so they exist before the first
+  // write).
+  void CheckpointsEnabled(const std::string& job_id);
+  // Records one checkpoint write attempt.
+  void CheckpointWritten(const std::string& job_id, int64_t step,
+                         double seconds, bool ok);
 
   metrics::Family<metrics::Counter>& push_bytes;
   metrics::Family<metrics::Counter>& pull_bytes;
@@ -31,6 +37,9 @@ struct ShardMetrics {
   metrics::Family<metrics::Histogram>& staleness;
   metrics::Family<metrics::Counter>& rejected_pushes;
   metrics::Family<metrics::Gauge>& jobs;
+  metrics::Family<metrics::Histogram>& checkpoint_seconds;
+  metrics::Family<metrics::Counter>& checkpoint_failures;
+  metrics::Family<metrics::Gauge>& checkpoint_last_step;
 };
 
 }  // namespace fulcrum
