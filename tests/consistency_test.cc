@@ -14,15 +14,8 @@
 namespace fulcrum {
 namespace {
 
-const std::string& DataDir() {
-  static const std::string dir = [] {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    std::string d =
-        std::string(tmp != nullptr ? tmp : "/tmp") + "/consistency_data";
-    EXPECT_TRUE(testing::WriteSyntheticIdx(d, 2000, 400, 12, 4, 5));
-    return d;
-  }();
-  return dir;
+std::string DataDir() {
+  return testing::SyntheticDataset("consistency_data", 2000, 400, 12, 4, 5);
 }
 
 v1::JobSpec Spec(const std::string& mode, int staleness, int steps) {

@@ -15,15 +15,8 @@
 namespace fulcrum {
 namespace {
 
-const std::string& DataDir() {
-  static const std::string dir = [] {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    std::string d =
-        std::string(tmp != nullptr ? tmp : "/tmp") + "/equivalence_data";
-    EXPECT_TRUE(testing::WriteSyntheticIdx(d, 1000, 100, 12, 4, 9));
-    return d;
-  }();
-  return dir;
+std::string DataDir() {
+  return testing::SyntheticDataset("equivalence_data", 1000, 100, 12, 4, 9);
 }
 
 v1::JobSpec Spec(int batch, int shards) {

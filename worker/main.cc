@@ -57,18 +57,14 @@ int main(int argc, char** argv) {
   fulcrum::WorkerMetrics metrics(registry);
   options.metrics = &metrics;
   fulcrum::WorkerAgent agent(options, &backend);
-  std::unique_ptr<fulcrum::metrics::HttpServer> metrics_server;
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto served = fulcrum::metrics::ServeProcessMetrics(
-        "worker", absl::GetFlag(FLAGS_metrics_address),
-        absl::GetFlag(FLAGS_metrics_port),
-        absl::GetFlag(FLAGS_metrics_port_file), &registry,
-        [&agent] { return agent.Registered(); });
-    if (!served.ok()) {
-      std::cerr << "fulcrum-worker: " << served.status().message() << "\n";
-      return 1;
-    }
-    metrics_server = std::move(*served);
+  auto metrics_server = fulcrum::metrics::ServeProcessMetrics(
+      "worker", absl::GetFlag(FLAGS_metrics_address),
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file),
+      &registry, [&agent] { return agent.Registered(); });
+  if (!metrics_server.ok()) {
+    std::cerr << "fulcrum-worker: " << metrics_server.status().message()
+              << "\n";
+    return 1;
   }
   std::thread signals([&agent] {
     fulcrum::WaitForTerminationSignal();

@@ -43,7 +43,8 @@ class HttpServer {
 
 // What every binary does at start: registers fulcrum_build_info{role,
 // version}, serves the registry on address:port (0: any free port), logs the
-// port and writes it to `port_file` when non-empty.
+// port and writes it to `port_file` when non-empty. A negative port means
+// metrics are off: returns null.
 absl::StatusOr<std::unique_ptr<HttpServer>> ServeProcessMetrics(
     const std::string& role, const std::string& address, int port,
     const std::string& port_file, Registry* registry,

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -55,6 +56,20 @@ bool WriteSyntheticIdx(const std::string& dir, int64_t train, int64_t test,
   std::mt19937_64 rng(seed);
   return WriteSplit(dir, "train", train, side, classes, rng) &&
          WriteSplit(dir, "t10k", test, side, classes, rng);
+}
+
+std::string SyntheticDataset(const std::string& name, int64_t train,
+                             int64_t test, int side, int classes,
+                             uint64_t seed) {
+  static std::map<std::string, std::string>* written =
+      new std::map<std::string, std::string>;
+  auto it = written->find(name);
+  if (it != written->end()) return it->second;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+  if (!WriteSyntheticIdx(dir, train, test, side, classes, seed)) return "";
+  return (*written)[name] = dir;
 }
 
 }  // namespace fulcrum::testing

@@ -4,6 +4,7 @@
 #define FULCRUM_COMMON_TESTING_SYNTHETIC_IDX_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace fulcrum::testing {
@@ -12,6 +13,12 @@ namespace fulcrum::testing {
 // Creates `dir` if needed. Returns false on an I/O error.
 bool WriteSyntheticIdx(const std::string& dir, int64_t train, int64_t test,
                        int side, int classes, uint64_t seed);
+
+// The directory of a synthetic dataset written once per test process under
+// $TEST_TMPDIR/<name> (later calls return the same path).
+std::string SyntheticDataset(const std::string& name, int64_t train,
+                             int64_t test, int side, int classes,
+                             uint64_t seed);
 
 }  // namespace fulcrum::testing
 

@@ -68,17 +68,14 @@ int main(int argc, char** argv) {
   }
   std::cerr << "fulcrum-coordinator: serving on port " << port
             << " (insecure transport: use on loopback or a trusted network)\n";
-  std::unique_ptr<fulcrum::metrics::HttpServer> metrics_server;
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto served = fulcrum::metrics::ServeProcessMetrics(
-        "coordinator", absl::GetFlag(FLAGS_metrics_address),
-        absl::GetFlag(FLAGS_metrics_port),
-        absl::GetFlag(FLAGS_metrics_port_file), &registry, nullptr);
-    if (!served.ok()) {
-      std::cerr << "fulcrum-coordinator: " << served.status().message() << "\n";
-      return 1;
-    }
-    metrics_server = std::move(*served);
+  auto metrics_server = fulcrum::metrics::ServeProcessMetrics(
+      "coordinator", absl::GetFlag(FLAGS_metrics_address),
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file),
+      &registry, nullptr);
+  if (!metrics_server.ok()) {
+    std::cerr << "fulcrum-coordinator: " << metrics_server.status().message()
+              << "\n";
+    return 1;
   }
   core.Start();
   if (!absl::GetFlag(FLAGS_port_file).empty()) {

@@ -60,18 +60,14 @@ int main(int argc, char** argv) {
             << " (insecure transport: use on loopback or a trusted network)\n";
   fulcrum::ShardAgent agent(absl::GetFlag(FLAGS_coordinator), advertise,
                             &shard);
-  std::unique_ptr<fulcrum::metrics::HttpServer> metrics_server;
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto served = fulcrum::metrics::ServeProcessMetrics(
-        "server", absl::GetFlag(FLAGS_metrics_address),
-        absl::GetFlag(FLAGS_metrics_port),
-        absl::GetFlag(FLAGS_metrics_port_file), &registry,
-        [&agent] { return agent.Registered(); });
-    if (!served.ok()) {
-      std::cerr << "fulcrum-server: " << served.status().message() << "\n";
-      return 1;
-    }
-    metrics_server = std::move(*served);
+  auto metrics_server = fulcrum::metrics::ServeProcessMetrics(
+      "server", absl::GetFlag(FLAGS_metrics_address),
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file),
+      &registry, [&agent] { return agent.Registered(); });
+  if (!metrics_server.ok()) {
+    std::cerr << "fulcrum-server: " << metrics_server.status().message()
+              << "\n";
+    return 1;
   }
   agent.Start();
   fulcrum::WaitForTerminationSignal();
