@@ -18,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/export.h"
 #include "client/format.h"
 #include "common/config/job_spec.h"
 #include "common/net/grpc_options.h"
@@ -28,6 +29,7 @@ ABSL_FLAG(bool, watch, false,
           "status/submit: redraw live progress until the job ends");
 ABSL_FLAG(bool, json, false, "status/list: print machine-readable JSON");
 ABSL_FLAG(int64_t, timeout_ms, 10000, "deadline of each RPC");
+ABSL_FLAG(std::string, out, "", "export: the model file to write");
 ABSL_FLAG(double, interval_s, 0.5, "--watch refresh period");
 
 namespace fulcrum {
@@ -39,6 +41,8 @@ constexpr char kUsage[] =
     "  list [--json]               all jobs\n"
     "  status JOB [--watch] [--json]\n"
     "  cancel JOB\n"
+    "  export JOB --out FILE       write the job's parameters (after it "
+    "ended)\n"
     "  members                     registered workers and shards";
 
 class Ctl {
@@ -143,6 +147,30 @@ class Ctl {
     return 0;
   }
 
+  int Export(const std::string& job_id) {
+    const std::string out = absl::GetFlag(FLAGS_out);
+    if (out.empty()) {
+      std::cerr << "fulcrumctl: export needs --out FILE\n";
+      return 2;
+    }
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    v1::JobStatus status;
+    if (!Call(&v1::Coordinator::Stub::GetJob, request, &status)) return 1;
+    absl::StatusOr<ModelFile> model = PullModel(
+        status, std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+    absl::Status written =
+        model.ok() ? WriteModelFile(out, *model) : model.status();
+    if (!written.ok()) {
+      std::cerr << "fulcrumctl: " << absl::StatusCodeToString(written.code())
+                << ": " << written.message() << "\n";
+      return 1;
+    }
+    std::cout << "wrote " << model->params.size() << " parameters (version "
+              << model->version << ") to " << out << "\n";
+    return 0;
+  }
+
   int Members() {
     v1::ListMembersResponse response;
     if (!Call(&v1::Coordinator::Stub::ListMembers, v1::ListMembersRequest(),
@@ -195,6 +223,7 @@ int main(int argc, char** argv) {
   if (command == "status") return need(1) ? ctl.Status(args[2]) : 2;
   if (command == "cancel") return need(1) ? ctl.Cancel(args[2]) : 2;
   if (command == "members") return need(0) ? ctl.Members() : 2;
+  if (command == "export") return need(1) ? ctl.Export(args[2]) : 2;
   std::cerr << "fulcrumctl: unknown command '" << command << "'\n"
             << fulcrum::kUsage << "\n";
   return 2;

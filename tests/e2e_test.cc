@@ -6,12 +6,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/tensor/layout.h"
+#include "common/tensor/model_file.h"
 #include "common/testing/process.h"
 #include "gtest/gtest.h"
 #include "tests/process_cluster.h"
@@ -91,6 +94,28 @@ checkpoint: {every_steps: 100, dir: )" + testing::TestTempDir() +
       EXPECT_EQ(access(path.c_str(), R_OK), 0) << path;
     }
   }
+
+  // fulcrumctl export writes the final parameters, pulled from both shards.
+  const std::string model_path = testing::TestTempDir() + "/model.bin";
+  testing::RunResult exported =
+      cluster.Ctl({"export", job_id, "--out", model_path});
+  ASSERT_EQ(exported.exit_code, 0) << exported.out << cluster.CtlLog();
+  absl::StatusOr<ModelFile> model = ReadModelFile(model_path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->layers, (std::vector<int32_t>{784, 64, 10}));
+  EXPECT_EQ(model->version, 282);
+  auto layout = ParameterLayout::ForMlp({784, 64, 10}, 1, 1 << 22);
+  ASSERT_EQ(static_cast<int64_t>(model->params.size()), layout->total_size());
+  std::vector<float> init(layout->total_size());
+  InitializeParameters(*layout, 3, 0, layout->total_size(), init.data());
+  double moved = 0;
+  for (size_t i = 0; i < init.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(model->params[i]));
+    moved = std::max(moved, std::abs(double{model->params[i]} - init[i]));
+  }
+  EXPECT_GT(moved, 0.01) << "exported parameters are still the initial ones";
+  EXPECT_EQ(cluster.Ctl({"export", "job-404", "--out", model_path}).exit_code,
+            1);
 }
 
 TEST(EndToEndTest, CtlRejectsBadInputWithTheFieldNamed) {

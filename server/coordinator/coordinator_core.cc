@@ -255,6 +255,8 @@ void Coordinator::RefreshProgress(Job& job) const {
     }
   }
   job.status.set_live_workers(live);
+  job.status.mutable_shard_addresses()->Assign(job.shard_addresses.begin(),
+                                               job.shard_addresses.end());
   if (running) job.status.mutable_progress()->set_samples_per_sec(rate);
   // A checkpoint is complete once every shard of the job has written it.
   int64_t complete = INT64_MAX;
