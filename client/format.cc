@@ -38,6 +38,16 @@ std::string ProgressLine(const v1::JobStatus& s) {
     absl::StrAppendFormat(&line, " staleness %.2f/%d", s.staleness().mean(),
                           s.staleness().max());
   }
+  if (s.stalls_size() > 0) {
+    const v1::Stall& worst =
+        *std::max_element(s.stalls().begin(), s.stalls().end(),
+                          [](const v1::Stall& a, const v1::Stall& b) {
+                            return a.waited_seconds() < b.waited_seconds();
+                          });
+    absl::StrAppendFormat(&line, " STALLED %.0fs at step %d waiting for %s",
+                          worst.waited_seconds(), worst.step(),
+                          absl::StrJoin(worst.waiting_for(), ","));
+  }
   absl::StrAppendFormat(&line, " %.0f samples/s workers %d/%d",
                         p.samples_per_sec(), s.live_workers(),
                         s.workers_size());

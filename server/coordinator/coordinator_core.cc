@@ -265,6 +265,12 @@ void Coordinator::RefreshProgress(Job& job) const {
     complete = std::min(complete, it == job.checkpoints.end() ? 0 : it->second);
   }
   job.status.set_checkpoint_step(job.status.shards().empty() ? 0 : complete);
+  job.status.clear_stalls();
+  if (running) {
+    for (const auto& [shard, stalls] : job.stalls) {
+      for (const v1::Stall& s : stalls) *job.status.add_stalls() = s;
+    }
+  }
   int64_t samples = 0;
   for (const auto& [worker, n] : job.samples) samples += n;
   job.status.mutable_progress()->set_samples_total(samples);
@@ -419,6 +425,8 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
     if (job != jobs_.end()) {
       job->second.staleness[it->first] = stats.staleness();
       job->second.checkpoints[it->first] = stats.checkpoint_step();
+      job->second.stalls[it->first].assign(stats.stalls().begin(),
+                                           stats.stalls().end());
     }
   }
   v1::ShardHeartbeatResponse response;

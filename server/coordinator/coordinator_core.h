@@ -98,8 +98,10 @@ class Coordinator {
     std::vector<std::string> shard_addresses;
     std::map<std::string, v1::StalenessSummary> staleness;  // by shard id
     std::map<std::string, int64_t> samples;  // trained so far, by worker id
-    std::map<std::string, int64_t>
-        checkpoints;  // newest written step, by shard id
+    // Newest checkpointed step, by shard id.
+    std::map<std::string, int64_t> checkpoints;
+    // Stalled sync steps in each shard's latest report, by shard id.
+    std::map<std::string, std::vector<v1::Stall>> stalls;
   };
   struct Launch {  // a job whose shards must be initialised
     std::string job_id;

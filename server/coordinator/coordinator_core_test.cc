@@ -191,6 +191,30 @@ TEST_F(CoordinatorTest, MergesStalenessAndCheckpointsFromEveryShard) {
   EXPECT_EQ(st.histogram(3), 1);
 }
 
+TEST_F(CoordinatorTest, ReportsStallsOfRunningJobs) {
+  auto id = coordinator_.SubmitJob(Spec(1, 1, 1));
+  AddWorker();
+  const std::string s1 = AddShard("127.0.0.1:1");
+  coordinator_.Tick();
+  v1::ShardHeartbeatRequest r;
+  r.set_shard_id(s1);
+  v1::ShardJobStats* stats = r.add_jobs();
+  stats->set_job_id(*id);
+  v1::Stall* stall = stats->add_stalls();
+  stall->set_shard_id(s1);
+  stall->set_step(7);
+  stall->set_waited_seconds(12.5);
+  stall->add_waiting_for("w-9");
+  ASSERT_TRUE(coordinator_.ShardHeartbeat(r).ok());
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  ASSERT_EQ(status.stalls_size(), 1);
+  EXPECT_EQ(status.stalls(0).step(), 7);
+  EXPECT_EQ(status.stalls(0).waiting_for(0), "w-9");
+  stats->clear_stalls();  // the next report has none: the stall is over
+  ASSERT_TRUE(coordinator_.ShardHeartbeat(r).ok());
+  EXPECT_EQ(coordinator_.GetJob(*id)->stalls_size(), 0);
+}
+
 TEST_F(CoordinatorTest, CancelAndUnknownJobs) {
   auto id = coordinator_.SubmitJob(Spec(1, 1, 1));
   EXPECT_EQ(coordinator_.CancelJob(*id)->state(), v1::CANCELLED);

@@ -28,6 +28,9 @@ ABSL_FLAG(int, metrics_port, 0,
           "port of the /metrics endpoint (0: any free port; -1: off)");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "write the metrics port here once serving");
+ABSL_FLAG(
+    int64_t, stall_threshold_s, 10,
+    "log and report a sync step that waits longer than this for some workers");
 ABSL_FLAG(int64_t, step_timeout_s, 300,
           "longest a step waits for the other workers");
 
@@ -58,8 +61,9 @@ int main(int argc, char** argv) {
     advertise = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
   std::cerr << "fulcrum-server: serving on " << advertise
             << " (insecure transport: use on loopback or a trusted network)\n";
-  fulcrum::ShardAgent agent(absl::GetFlag(FLAGS_coordinator), advertise,
-                            &shard);
+  fulcrum::ShardAgent agent(
+      absl::GetFlag(FLAGS_coordinator), advertise, &shard,
+      absl::Seconds(absl::GetFlag(FLAGS_stall_threshold_s)));
   auto metrics_server = fulcrum::metrics::ServeProcessMetrics(
       "server", absl::GetFlag(FLAGS_metrics_address),
       absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file),

@@ -3,14 +3,17 @@
 #include <iostream>
 #include <set>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/net/grpc_options.h"
 #include "common/net/retry.h"
 
 namespace fulcrum {
 
 ShardAgent::ShardAgent(std::string coordinator, std::string advertise_address,
-                       ParameterShard* shard)
+                       ParameterShard* shard, absl::Duration stall_threshold)
     : advertise_address_(std::move(advertise_address)),
+      stall_threshold_(stall_threshold),
       shard_(shard),
       stub_(v1::Coordinator::NewStub(MakeChannel(coordinator))) {}
 
@@ -74,6 +77,22 @@ void ShardAgent::Run() {
       const StalenessStats stats = (*job)->clocks().Stats();
       v1::ShardJobStats* out = request.add_jobs();
       out->set_job_id(job_id);
+      for (const JobShard::Stall& stall : (*job)->Stalls(stall_threshold_)) {
+        v1::Stall* st = out->add_stalls();
+        st->set_shard_id(shard_id_);
+        st->set_partition(stall.partition);
+        st->set_step(stall.step);
+        st->set_waited_seconds(stall.waited_seconds);
+        for (const std::string& w : stall.waiting_for) st->add_waiting_for(w);
+        const std::string key =
+            absl::StrCat(job_id, "/", stall.partition, "/", stall.step);
+        if (logged_stalls_.insert(key).second) {
+          std::cerr << "fulcrum-server: stall: job " << job_id << " step "
+                    << stall.step << " partition " << stall.partition
+                    << " has waited " << stall.waited_seconds << " s for "
+                    << absl::StrJoin(stall.waiting_for, ", ") << "\n";
+        }
+      }
       out->set_checkpoint_step(std::max<int64_t>(0, (*job)->LastCheckpoint()));
       v1::StalenessSummary* st = out->mutable_staleness();
       st->set_reads(stats.reads);

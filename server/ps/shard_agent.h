@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -19,8 +20,10 @@ namespace fulcrum {
 class ShardAgent {
  public:
   // `shard` is not owned and must outlive the agent.
+  // Sync steps waiting longer than `stall_threshold` are logged and reported.
   ShardAgent(std::string coordinator, std::string advertise_address,
-             ParameterShard* shard);
+             ParameterShard* shard,
+             absl::Duration stall_threshold = absl::Seconds(10));
   ~ShardAgent();
   void Start();
   void Stop();  // leaves the coordinator (best effort) and joins the thread
@@ -31,6 +34,9 @@ class ShardAgent {
   bool Register();
 
   const std::string advertise_address_;
+  const absl::Duration stall_threshold_;
+  std::set<std::string>
+      logged_stalls_;            // "job/partition/step", agent thread only
   ParameterShard* const shard_;  // Not owned.
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::string shard_id_;

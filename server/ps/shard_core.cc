@@ -31,6 +31,8 @@ struct JobShard::PartitionState {
   std::vector<uint8_t> done ABSL_GUARDED_BY(mu);
   int64_t done_count ABSL_GUARDED_BY(mu) = 0;
   int64_t total_samples ABSL_GUARDED_BY(mu) = 0;
+  // When the first member finished its push of the current step (sync).
+  absl::Time first_done ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
   // ssp/async only: each member's gradient until all its chunks arrived
   // ([member * size + i]) and the step each member is pushing.
   std::vector<float> staging ABSL_GUARDED_BY(mu);
@@ -255,7 +257,9 @@ absl::StatusOr<bool> JobShard::PushSync(PartitionState& p, int member,
     if (++p.got_count[member] < p.num_chunks) return false;
   }
   p.done[member] = 1;
+  if (p.done_count == 0) p.first_done = absl::Now();
   if (++p.done_count < static_cast<int64_t>(p.done.size())) return true;
+  p.first_done = absl::InfiniteFuture();
   // Every member has pushed: apply the averaged gradient.
   if (p.total_samples > 0) {
     const float inv = 1.0f / static_cast<float>(p.total_samples);
@@ -415,6 +419,22 @@ std::string JobShard::SaveLocked(const PartitionState& p) const
   out += p.params.size() * sizeof(float);
   std::memcpy(out, p.state.data(), p.state.size() * sizeof(float));
   return blob;
+}
+
+std::vector<JobShard::Stall> JobShard::Stalls(absl::Duration threshold) const {
+  std::vector<Stall> stalls;
+  const absl::Time now = absl::Now();
+  for (int32_t id : ids_) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    if (p.ended || now - p.first_done < threshold) continue;
+    Stall s{id, p.version, absl::ToDoubleSeconds(now - p.first_done), {}};
+    for (size_t m = 0; m < p.done.size(); ++m) {
+      if (!p.done[m]) s.waiting_for.push_back(init_.workers[m]);
+    }
+    stalls.push_back(std::move(s));
+  }
+  return stalls;
 }
 
 int64_t JobShard::LastCheckpoint() const {

@@ -120,6 +120,17 @@ class JobShard {
   // The newest step whose checkpoint this shard wrote, or -1.
   int64_t LastCheckpoint() const;
 
+  // Stall inspector (sync): partitions whose current step has been waiting
+  // longer than `threshold` since the first worker finished pushing it, and
+  // the workers it still waits for.
+  struct Stall {
+    int32_t partition;
+    int64_t step;
+    double waited_seconds;
+    std::vector<std::string> waiting_for;
+  };
+  std::vector<Stall> Stalls(absl::Duration threshold) const;
+
   // Wakes every waiter with ABORTED; later pushes fail; reads still work.
   void End();
   bool ended() const { return ended_.load(); }

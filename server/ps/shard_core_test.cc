@@ -155,6 +155,28 @@ TEST(ShardCoreTest, RejectsBadPushesWithoutChangingState) {
   for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f);
 }
 
+TEST(ShardCoreTest, StallInspectorNamesTheMissingWorkers) {
+  auto job = JobShard::Create(TinyJob({"a", "b", "c"}));
+  ASSERT_TRUE(job.ok());
+  EXPECT_TRUE((*job)->Stalls(absl::ZeroDuration()).empty())
+      << "nothing pushed yet";
+  std::vector<float> g(10, 1.0f);
+  ASSERT_TRUE(*(*job)->Push(1, Chunk(0, g, 1)));
+  EXPECT_TRUE((*job)->Stalls(absl::Seconds(60)).empty())
+      << "below the threshold";
+  absl::SleepFor(absl::Milliseconds(20));
+  auto stalls = (*job)->Stalls(absl::Milliseconds(10));
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].partition, 0);
+  EXPECT_EQ(stalls[0].step, 0);
+  EXPECT_GE(stalls[0].waited_seconds, 0.01);
+  EXPECT_EQ(stalls[0].waiting_for, (std::vector<std::string>{"a", "c"}));
+  ASSERT_TRUE(*(*job)->Push(0, Chunk(0, g, 1)));
+  ASSERT_TRUE(*(*job)->Push(2, Chunk(0, g, 1)));
+  EXPECT_TRUE((*job)->Stalls(absl::ZeroDuration()).empty())
+      << "the step completed";
+}
+
 TEST(ShardCoreTest, MembershipAndGeneration) {
   auto job = JobShard::Create(TinyJob({"a", "b"}));
   ASSERT_TRUE(job.ok());
