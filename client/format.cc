@@ -61,7 +61,7 @@ std::string FinalLines(const v1::JobStatus& s) {
     absl::StrAppendFormat(&out, "training time: %.1f s\n",
                           s.end_time_unix() - s.start_time_unix());
   }
-  if (s.staleness().reads() > 0) {
+  if (s.spec().consistency().mode() != "sync" && s.staleness().reads() > 0) {
     absl::StrAppendFormat(
         &out, "staleness of %d reads: mean %.2f, max %d; histogram [%s]\n",
         s.staleness().reads(), s.staleness().mean(), s.staleness().max(),
