@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 
 namespace fulcrum {
 
@@ -70,6 +71,19 @@ std::string FinalLines(const v1::JobStatus& s) {
   if (s.progress().evaluated_step() > 0) {
     absl::StrAppendFormat(&out, "final test accuracy: %.4f\n",
                           s.progress().test_accuracy());
+  }
+  return out;
+}
+
+std::string EventLines(const v1::JobStatus& s) {
+  std::string out;
+  for (const v1::MembershipEvent& e : s.events()) {
+    const absl::Time t =
+        absl::FromUnixMicros(static_cast<int64_t>(e.time_unix() * 1e6));
+    absl::StrAppendFormat(
+        &out, "  %s %s %s (generation %d)\n",
+        absl::FormatTime("%H:%M:%S", t, absl::LocalTimeZone()), e.kind(),
+        e.member_id(), e.generation());
   }
   return out;
 }

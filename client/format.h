@@ -15,6 +15,9 @@ namespace fulcrum {
 std::string ProgressLine(const v1::JobStatus& status);
 // What a finished job ends with, including "final test accuracy: 0.XXXX".
 std::string FinalLines(const v1::JobStatus& status);
+// The job's membership events, one per line ("  10:42:07 joined w-1 (generation
+// 1)").
+std::string EventLines(const v1::JobStatus& status);
 const char* StatusCodeName(grpc::StatusCode code);
 
 }  // namespace fulcrum

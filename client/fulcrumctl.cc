@@ -132,6 +132,7 @@ class Ctl {
       if (!watch || ended) {
         if (!json && watch && tty) std::cout << "\n";
         if (!json && ended) std::cout << FinalLines(status);
+        if (!json && !watch) std::cout << "membership:\n" << EventLines(status);
         return status.state() == v1::SUCCEEDED || !watch ? 0 : 1;
       }
       absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_interval_s)));

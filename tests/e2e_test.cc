@@ -75,6 +75,10 @@ checkpoint: {every_steps: 100, dir: )" + testing::TestTempDir() +
   EXPECT_NE(watch.out.find("final test accuracy: "), std::string::npos)
       << watch.out;
 
+  testing::RunResult text = cluster.Ctl({"status", job_id});
+  EXPECT_NE(text.out.find("membership:"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" joined w-"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" finished w-"), std::string::npos) << text.out;
   testing::RunResult json = cluster.Ctl({"status", job_id, "--json"});
   ASSERT_EQ(json.exit_code, 0);
   EXPECT_NE(json.out.find("\"state\": \"SUCCEEDED\""), std::string::npos)

@@ -77,6 +77,10 @@ void Coordinator::Tick() {
       job.status.set_generation(1);
       job.status.set_start_time_unix(Unix(options_.now()));
       job.status.set_message("");
+      for (const std::string& w : job.status.workers())
+        AddEvent(job, "joined", w);
+      for (const std::string& s : job.status.shards())
+        AddEvent(job, "joined", s);
       continue;
     }
     // Could not initialise the shards: release the workers and retry later,
@@ -112,6 +116,7 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
     lost->push_back("worker");
     auto job = jobs_.find(job_id);
     if (job != jobs_.end() && job->second.status.state() == v1::RUNNING) {
+      AddEvent(job->second, "lost", id);
       Finish(job->second, v1::FAILED,
              absl::StrCat("worker ", id, " lost: no heartbeat for ",
                           absl::FormatDuration(options_.lease)),
@@ -130,6 +135,7 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
       const auto& s = job.status.shards();
       if (job.status.state() == v1::RUNNING &&
           std::find(s.begin(), s.end(), id) != s.end()) {
+        AddEvent(job, "lost", id);
         Finish(job, v1::FAILED,
                absl::StrCat("shard ", id, " lost: no heartbeat"), ends);
       }
@@ -217,6 +223,19 @@ void Coordinator::Finish(Job& job, v1::JobState state,
       ends->push_back({address, job.status.job_id()});
     }
   }
+}
+
+void Coordinator::AddEvent(Job& job, const std::string& kind,
+                           const std::string& member) {
+  constexpr int kMaxEvents = 100;
+  auto* events = job.status.mutable_events();
+  if (events->size() >= kMaxEvents)
+    events->DeleteSubrange(0, events->size() - kMaxEvents + 1);
+  v1::MembershipEvent* e = events->Add();
+  e->set_time_unix(Unix(options_.now()));
+  e->set_kind(kind);
+  e->set_member_id(member);
+  e->set_generation(job.status.generation());
 }
 
 void Coordinator::RunEnds(const std::vector<EndCall>& ends) {
@@ -448,6 +467,7 @@ absl::Status Coordinator::Leave(const std::string& member_id) {
     if (w != workers_.end()) {
       auto job = jobs_.find(w->second.job_id);
       if (job != jobs_.end() && job->second.status.state() == v1::RUNNING) {
+        AddEvent(job->second, "left", member_id);
         Finish(job->second, v1::FAILED,
                absl::StrCat("worker ", member_id, " left"), &ends);
       }
@@ -511,6 +531,9 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
             target, ")");
       }
       Finish(job, v1::SUCCEEDED, message, &ends);
+    }
+    if (request.done() && w->second.job_id == request.job_id()) {
+      AddEvent(job, "finished", request.worker_id());
     }
     if (request.done() || !request.error().empty()) w->second.job_id.clear();
     response.set_job_state(job.status.state());

@@ -119,6 +119,8 @@ class Coordinator {
   void Finish(Job& job, v1::JobState state, const std::string& message,
               std::vector<EndCall>* ends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunEnds(const std::vector<EndCall>& ends);
+  void AddEvent(Job& job, const std::string& kind, const std::string& member)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> IdleWorkers() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshProgress(Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

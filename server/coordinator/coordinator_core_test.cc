@@ -121,6 +121,17 @@ TEST_F(CoordinatorTest, StartsWhenEnoughMembersThenSucceeds) {
   status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.state(), v1::SUCCEEDED);
   EXPECT_EQ(status.progress().step(), 100);
+  // joined w1, w2, two shards; then w2 and w1 finished.
+  std::vector<std::string> events;
+  for (const v1::MembershipEvent& e : status.events()) {
+    events.push_back(e.kind() + " " + e.member_id());
+    EXPECT_EQ(e.generation(), 1);
+  }
+  ASSERT_EQ(events.size(), 6u);
+  EXPECT_EQ(events[0], "joined " + w1);
+  EXPECT_EQ(events[1], "joined " + w2);
+  EXPECT_EQ(events[4], "finished " + w2);
+  EXPECT_EQ(events[5], "finished " + w1);
   EXPECT_EQ(status.progress().samples_total(),
             640 + 650);              // every worker's samples
   EXPECT_EQ(Beat(w1).job_id(), "");  // idle again
@@ -142,6 +153,9 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
   v1::JobStatus status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.state(), v1::FAILED);
   EXPECT_NE(status.message().find("worker " + w + " lost"), std::string::npos);
+  ASSERT_GE(status.events_size(), 1);
+  EXPECT_EQ(status.events(status.events_size() - 1).kind(), "lost");
+  EXPECT_EQ(status.events(status.events_size() - 1).member_id(), w);
   EXPECT_EQ(shards_.ends, std::vector<std::string>{"127.0.0.1:1/" + *id});
   v1::WorkerHeartbeatRequest hb;
   hb.set_worker_id(w);
