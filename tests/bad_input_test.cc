@@ -140,7 +140,46 @@ TEST_F(BadInputTest, UnknownJobMemberOrGeneration) {
   grpc::Status s = Send("job-1", "w-7", 1, nullptr);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(s.error_message().find("w-7"), std::string::npos);
+  // A generation newer than the shard's: reconfiguration still under way.
   EXPECT_EQ(Send("job-1", "w-1", 2, nullptr).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // An older one: re-join.
+  EXPECT_EQ(Send("job-1", "w-1", 0, nullptr).error_code(),
+            grpc::StatusCode::ABORTED);
+}
+
+TEST_F(BadInputTest, BadReconfigureIsRejectedAndChangesNothing) {
+  const std::vector<float> before = Pull();
+  auto call = [&](const v1::ReconfigureRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    v1::ReconfigureResponse response;
+    return stub_->Reconfigure(&context, request, &response);
+  };
+  v1::ReconfigureRequest r;
+  r.set_job_id("job-1");
+  r.set_generation(2);
+  r.set_align_version(-1);
+  grpc::Status s = call(r);  // no workers
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("workers"), std::string::npos);
+  r.add_workers("w-1");
+  r.set_generation(0);
+  s = call(r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("generation"), std::string::npos);
+  r.set_generation(2);
+  r.set_restore(true);
+  r.set_restore_step(-4);
+  s = call(r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("restore_step"), std::string::npos);
+  r.set_job_id("job-9");
+  EXPECT_EQ(call(r).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Pull(), before);
+  // The shard still serves generation 1.
+  EXPECT_EQ(Send("job-1", "w-1", 0, nullptr).error_code(),
             grpc::StatusCode::ABORTED);
 }
 

@@ -162,6 +162,25 @@ absl::StatusOr<CheckpointFile> ReadCheckpoint(const std::string& path) {
   return file;
 }
 
+std::vector<int64_t> ListCheckpointSteps(const std::string& dir,
+                                         const std::string& job_id,
+                                         int32_t shard) {
+  const std::string job_dir = absl::StrCat(dir, "/", job_id);
+  std::vector<int64_t> steps;
+  if (DIR* d = opendir(job_dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      long long step;
+      char tail;
+      if (std::sscanf(e->d_name, "step-%lld%c", &step, &tail) == 1 &&
+          access(CheckpointPath(dir, job_id, step, shard).c_str(), F_OK) == 0)
+        steps.push_back(step);
+    }
+    closedir(d);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
 std::vector<int64_t> PruneCheckpoints(const std::string& dir,
                                       const std::string& job_id, int32_t shard,
                                       int keep) {
@@ -207,7 +226,15 @@ void CheckpointWriter::Add(int64_t step, int32_t partition, std::string blob) {
   file.job_id = options_.job_id;
   file.step = step;
   file.shard = options_.shard;
-  file.partitions.emplace_back(partition, std::move(blob));
+  // A partition re-added for the same step (its step was undone and
+  // redone after a membership change) replaces its earlier blob.
+  auto same = std::find_if(file.partitions.begin(), file.partitions.end(),
+                           [partition](const auto& p) { return p.first == partition; });
+  if (same != file.partitions.end()) {
+    same->second = std::move(blob);
+  } else {
+    file.partitions.emplace_back(partition, std::move(blob));
+  }
   if (static_cast<int>(file.partitions.size()) < options_.partitions_here)
     return;
   std::sort(file.partitions.begin(), file.partitions.end(),
@@ -215,6 +242,21 @@ void CheckpointWriter::Add(int64_t step, int32_t partition, std::string blob) {
   ready_.push_back(std::move(file));
   collecting_.erase(step);
   changed_.SignalAll();
+}
+
+void CheckpointWriter::DropAfter(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  collecting_.erase(collecting_.upper_bound(step), collecting_.end());
+  ready_.erase(std::remove_if(ready_.begin(), ready_.end(),
+                              [step](const CheckpointFile& f) { return f.step > step; }),
+               ready_.end());
+  for (int64_t s : ListCheckpointSteps(options_.dir, options_.job_id, options_.shard)) {
+    if (s > step) unlink(CheckpointPath(options_.dir, options_.job_id, s, options_.shard).c_str());
+  }
+  if (writing_ > step) writing_ = -1;
+  last_written_ = -1;
+  for (int64_t s : ListCheckpointSteps(options_.dir, options_.job_id, options_.shard))
+    last_written_ = std::max(last_written_, s);
 }
 
 int64_t CheckpointWriter::last_written() const {
@@ -236,6 +278,7 @@ void CheckpointWriter::Run() {
       if (ready_.empty()) return;
       file = std::move(ready_.front());
       ready_.pop_front();
+      writing_ = file.step;
     }
     const absl::Time start = absl::Now();
     absl::Status s =
@@ -248,6 +291,13 @@ void CheckpointWriter::Run() {
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     {
       absl::MutexLock lock(&mu_);
+      if (writing_ < 0 && s.ok()) {  // dropped while being written
+        unlink(CheckpointPath(options_.dir, options_.job_id, file.step,
+                              options_.shard)
+                   .c_str());
+        continue;
+      }
+      writing_ = -1;
       if (s.ok()) {
         last_written_ = std::max(last_written_, file.step);
       } else {

@@ -44,6 +44,11 @@ absl::Status WriteCheckpoint(const std::string& path,
 // CRC does not match.
 absl::StatusOr<CheckpointFile> ReadCheckpoint(const std::string& path);
 
+// Steps that have a file of this shard, ascending.
+std::vector<int64_t> ListCheckpointSteps(const std::string& dir,
+                                         const std::string& job_id,
+                                         int32_t shard);
+
 // Deletes this shard's files in all but the newest `keep` step directories
 // of the job (and step directories left empty). Returns the steps kept.
 std::vector<int64_t> PruneCheckpoints(const std::string& dir,
@@ -74,7 +79,12 @@ class CheckpointWriter {
   ~CheckpointWriter();
 
   // `blob` is the partition's SavePartition state at `step`.
+  // A partition added twice for a step replaces its first blob.
   void Add(int64_t step, int32_t partition, std::string blob);
+  // Forgets pending and written checkpoints of steps after `step` (the job
+  // was rolled back to it: they belong to a discarded history).
+  void DropAfter(int64_t step);
+  const Options& options() const { return options_; }
   int64_t last_written() const;  // -1 before the first successful write
   int64_t failures() const;
 
@@ -89,6 +99,7 @@ class CheckpointWriter {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_written_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t writing_ ABSL_GUARDED_BY(mu_) = -1;  // step being written, if any
   std::thread thread_;
 };
 

@@ -33,32 +33,44 @@ struct StalenessStats {
 
 class ClockTable {
  public:
-  ClockTable(int members, int partitions_here);
+  ClockTable(int members, int partitions_here, int64_t generation = 1);
+
+  // A membership change: `members` members, all at `clock`, of `generation`.
+  // Waits of older generations end with ABORTED; calls that name an older
+  // generation are ignored. Statistics are kept.
+  void Reset(int members, int64_t clock, int64_t generation);
 
   // `member` finished one of this shard's partitions for `step`. Returns
   // true when that completed the step (the member's clock is now step + 1).
-  bool PartitionDone(int member, int64_t step);
+  // generation < 0: the current one.
+  bool PartitionDone(int member, int64_t step, int64_t generation = -1);
   int64_t Clock(int member) const;
+  int64_t MinClock() const;  // INT64_MAX when no member trains
+  int64_t MaxClock() const;
 
   // The member stopped training (its stream closed): reads stop waiting for
   // it. A finished member still counts towards ActiveMembers().
-  void Finish(int member);
+  void Finish(int member, int64_t generation = -1);
   // The member left the job: not waited for and not counted.
   void Remove(int member);
   int ActiveMembers() const;
 
   // Waits until every member still training has clock >= c - bound (a
   // negative bound: no wait), then records the read's staleness and returns
-  // it. DEADLINE_EXCEEDED, CANCELLED (`cancelled()` true) or ABORTED (End())
-  // otherwise.
+  // it. DEADLINE_EXCEEDED, CANCELLED (`cancelled()` true) or ABORTED (End(),
+  // or the table was Reset past `generation`) otherwise.
   absl::StatusOr<int64_t> WaitForRead(int64_t c, int64_t bound,
                                       absl::Time deadline,
-                                      const std::function<bool()>& cancelled);
+                                      const std::function<bool()>& cancelled,
+                                      int64_t generation = -1);
   StalenessStats Stats() const;
   void End();
 
  private:
-  int64_t MinClock() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Stale(int64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return generation >= 0 && generation != generation_;
+  }
 
   const int partitions_here_;
   mutable absl::Mutex mu_;
@@ -69,6 +81,7 @@ class ClockTable {
   std::vector<uint8_t> removed_ ABSL_GUARDED_BY(mu_);
   StalenessStats stats_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t generation_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fulcrum

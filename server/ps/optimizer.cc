@@ -66,24 +66,36 @@ int OptimizerConfig::StateSlots() const {
 
 void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
                  const float* grad, float* w, float* state, int64_t n) {
+  ApplyUpdate(c, step, updates, grad, w, state, w, state, n);
+}
+
+void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
+                 const float* grad, const float* w_in, const float* state_in,
+                 float* w_out, float* state_out, int64_t n) {
   const float lr = static_cast<float>(c.schedule.At(c.lr, step));
   const float wd = c.weight_decay, mu = c.momentum;
   switch (c.type) {
     case OptimizerConfig::Type::kSgd:
-      for (int64_t i = 0; i < n; ++i) w[i] -= lr * (grad[i] + wd * w[i]);
+      for (int64_t i = 0; i < n; ++i) {
+        const float w = w_in[i];
+        w_out[i] = w - lr * (grad[i] + wd * w);
+      }
       return;
     case OptimizerConfig::Type::kMomentum:
       for (int64_t i = 0; i < n; ++i) {
-        const float g = grad[i] + wd * w[i];
-        state[i] = mu * state[i] + g;
-        w[i] -= lr * state[i];
+        const float w = w_in[i];
+        const float v = mu * state_in[i] + (grad[i] + wd * w);
+        state_out[i] = v;
+        w_out[i] = w - lr * v;
       }
       return;
     case OptimizerConfig::Type::kNesterov:
       for (int64_t i = 0; i < n; ++i) {
-        const float g = grad[i] + wd * w[i];
-        state[i] = mu * state[i] + g;
-        w[i] -= lr * (g + mu * state[i]);
+        const float w = w_in[i];
+        const float g = grad[i] + wd * w;
+        const float v = mu * state_in[i] + g;
+        state_out[i] = v;
+        w_out[i] = w - lr * (g + mu * v);
       }
       return;
     case OptimizerConfig::Type::kAdam:
@@ -94,18 +106,23 @@ void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
       const float correct2 = static_cast<float>(1.0 - std::pow(c.beta2, k));
       const float step_size = lr / correct1;
       const float b1 = c.beta1, b2 = c.beta2, eps = c.eps;
-      float* m = state;
-      float* v = state + n;
+      const float* m_in = state_in;
+      const float* v_in = state_in + n;
+      float* m_out = state_out;
+      float* v_out = state_out + n;
       for (int64_t i = 0; i < n; ++i) {
         float g = grad[i];
+        float w = w_in[i];
         if (decoupled) {
-          w[i] *= 1.0f - lr * wd;
+          w *= 1.0f - lr * wd;
         } else {
-          g += wd * w[i];
+          g += wd * w;
         }
-        m[i] = b1 * m[i] + (1.0f - b1) * g;
-        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-        w[i] -= step_size * m[i] / (std::sqrt(v[i] / correct2) + eps);
+        const float m = b1 * m_in[i] + (1.0f - b1) * g;
+        const float v = b2 * v_in[i] + (1.0f - b2) * g * g;
+        m_out[i] = m;
+        v_out[i] = v;
+        w_out[i] = w - step_size * m / (std::sqrt(v / correct2) + eps);
       }
       return;
     }

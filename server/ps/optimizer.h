@@ -51,6 +51,12 @@ struct OptimizerConfig {
 // `state` holds StateSlots() * n floats, slot-major.
 void ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
                  const float* grad, float* w, float* state, int64_t n);
+// Out of place: reads w_in/state_in, writes w_out/state_out (which may be
+// the same buffers). The shard keeps the previous version this way, at no
+// extra memory traffic, so that one sync step can be undone.
+void ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
+                 const float* grad, const float* w_in, const float* state_in,
+                 float* w_out, float* state_out, int64_t n);
 
 }  // namespace fulcrum
 

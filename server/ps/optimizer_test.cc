@@ -163,5 +163,30 @@ TEST(OptimizerTest, FromSpec) {
   EXPECT_EQ(c.schedule.total_steps, 500);
 }
 
+TEST(OptimizerTest, OutOfPlaceMatchesInPlaceAndKeepsInputs) {
+  for (auto type :
+       {OptimizerConfig::Type::kSgd, OptimizerConfig::Type::kMomentum,
+        OptimizerConfig::Type::kNesterov, OptimizerConfig::Type::kAdam,
+        OptimizerConfig::Type::kAdamW}) {
+    OptimizerConfig c = Config(type, 0.05, 0.01f);
+    c.momentum = 0.9f;
+    const int n = 5;
+    std::vector<float> w = {0.5f, -1.0f, 2.0f, 0.0f, 3.0f};
+    std::vector<float> state(2 * n, 0.1f);
+    const std::vector<float> g = {0.1f, -0.2f, 0.3f, 0.0f, 1.0f};
+    const std::vector<float> w_before = w, state_before = state;
+    std::vector<float> w_out(n), state_out(2 * n, 0.1f);
+    ApplyUpdate(c, 3, 2, g.data(), w.data(), state.data(), w_out.data(),
+                state_out.data(), n);
+    EXPECT_EQ(w, w_before);  // inputs untouched: the undo copy
+    EXPECT_EQ(state, state_before);
+    ApplyUpdate(c, 3, 2, g.data(), w.data(), state.data(), n);
+    EXPECT_EQ(w_out, w) << static_cast<int>(type);
+    for (int i = 0; i < c.StateSlots() * n; ++i)
+      EXPECT_EQ(state_out[i], state[i]) << static_cast<int>(type);
+    EXPECT_NE(w, w_before);
+  }
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -47,7 +47,7 @@ absl::Status SendPartition(JobShard& job, int32_t partition, int64_t clock,
 // starts applying while the shard still aggregates. ssp/async: once the
 // ClockTable's bound allows, every partition at its current values.
 template <typename WriteFn>
-absl::Status AnswerRead(JobShard& job, int64_t c,
+absl::Status AnswerRead(JobShard& job, int64_t c, int64_t generation,
                         const std::vector<int32_t>& completed,
                         absl::Time deadline,
                         const std::function<bool()>& cancelled,
@@ -63,13 +63,14 @@ absl::Status AnswerRead(JobShard& job, int64_t c,
   if (job.mode() == JobShard::Mode::kSync) {
     for (int32_t id : completed) {
       RETURN_IF_ERROR(timed(
-          [&] { return job.WaitForVersion(id, c, deadline, cancelled); }));
+          [&] { return job.WaitForVersion(id, c, generation, deadline, cancelled); }));
       RETURN_IF_ERROR(SendPartition(job, id, c, params, write));
     }
   }
   ASSIGN_OR_RETURN(const int64_t staleness, timed([&] {
                      return job.clocks().WaitForRead(c, job.read_bound(),
-                                                     deadline, cancelled);
+                                                     deadline, cancelled,
+                                                     generation);
                    }));
   m.barrier_wait_seconds->Observe(absl::ToDoubleSeconds(waited));
   m.staleness->Observe(static_cast<double>(staleness));
@@ -159,12 +160,14 @@ absl::Status ParameterServerService::ServeStream(
   absl::StatusOr<int> member =
       job.MemberIndex(hello.worker_id(), hello.generation());
   if (!member.ok()) return member.status();
+  const int64_t generation = hello.generation();
   const ShardMetrics::Job m = metrics_->ForJob(hello.job_id());
 
   // In ssp/async a worker whose stream ends has stopped training: nobody
   // waits for its clock any more.
-  absl::Cleanup finished = [&job, m = *member] {
-    if (job.mode() != JobShard::Mode::kSync) job.clocks().Finish(m);
+  absl::Cleanup finished = [&job, m = *member, generation] {
+    if (job.mode() != JobShard::Mode::kSync)
+      job.clocks().Finish(m, generation);
   };
   v1::StreamResponse response;
   auto write = [&](const v1::Params& p) {
@@ -177,9 +180,11 @@ absl::Status ParameterServerService::ServeStream(
     RETURN_IF_ERROR(
         SendPartition(job, id, start_clock, response.mutable_params(), write));
   }
-  // Partitions this worker completed for the current step, in completion order.
+  // Partitions this worker completed for the current step, in completion
+  // order (a partition completed earlier on a broken stream counts too).
   std::vector<int32_t> completed;
   completed.reserve(job.partition_ids().size());
+  int64_t completing_step = -1;
   auto cancelled = [context] { return context->IsCancelled(); };
   while (stream->Read(&request)) {
     if (!request.has_push()) {
@@ -195,6 +200,17 @@ absl::Status ParameterServerService::ServeStream(
     chunk.data = push.data().data();
     chunk.bytes = push.data().size();
     chunk.stop = push.stop();
+    chunk.generation = generation;
+    if (push.has_range()) {
+      if (push.range().chunk() < 0 || push.range().end() < push.range().begin()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "push.range must have chunk >= 0 and end >= begin, got chunk ",
+            push.range().chunk(), " [", push.range().begin(), ", ",
+            push.range().end(), ")"));
+      }
+      chunk.range_chunk = push.range().chunk();
+      chunk.range_end = push.range().end();
+    }
     if (push.encoding() != v1::ENCODING_FP32 &&
         push.encoding() != v1::ENCODING_UNSPECIFIED) {
       return absl::InvalidArgumentError(
@@ -202,20 +218,58 @@ absl::Status ParameterServerService::ServeStream(
     }
     m.push_bytes->Increment(static_cast<double>(chunk.bytes));
     const absl::Time push_start = absl::Now();
-    absl::StatusOr<bool> finished = job.Push(*member, chunk);
+    absl::StatusOr<PushOutcome> outcome = job.Push(*member, chunk);
     m.aggregate_seconds->Observe(
         absl::ToDoubleSeconds(absl::Now() - push_start));
-    if (!finished.ok()) return finished.status();
-    if (!*finished) continue;
+    if (!outcome.ok()) return outcome.status();
+    if (*outcome == PushOutcome::kPartial) continue;
+    if (chunk.step != completing_step) {
+      completed.clear();
+      completing_step = chunk.step;
+    }
+    if (std::find(completed.begin(), completed.end(), chunk.partition) !=
+        completed.end())
+      continue;  // a repeat on this stream
     completed.push_back(chunk.partition);
     if (completed.size() < job.partition_ids().size()) continue;
     // This worker pushed its whole share of step t: answer its read at t+1.
-    RETURN_IF_ERROR(AnswerRead(job, chunk.step + 1, completed,
+    RETURN_IF_ERROR(AnswerRead(job, chunk.step + 1, generation, completed,
                                absl::Now() + options_.step_timeout, cancelled,
                                m, response.mutable_params(), write));
     completed.clear();
   }
   return absl::OkStatus();
+}
+
+grpc::Status ParameterServerService::Reconfigure(
+    grpc::ServerContext*, const v1::ReconfigureRequest* request,
+    v1::ReconfigureResponse* response) {
+  absl::StatusOr<std::shared_ptr<JobShard>> found =
+      shard_->Find(request->job_id());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  const std::vector<std::string> workers(request->workers().begin(),
+                                         request->workers().end());
+  absl::StatusOr<Reconfigured> done = (*found)->Reconfigure(
+      request->generation(), workers, request->align_version(),
+      request->restore(), request->restore_step());
+  if (!done.ok()) return ToGrpcStatus(done.status());
+  std::cerr << "fulcrum-server: job " << request->job_id() << " generation "
+            << request->generation()
+            << (request->align_version() < 0
+                    ? absl::StrCat(" adopted", request->restore()
+                                                   ? absl::StrCat(" (restored step ", request->restore_step(), ")")
+                                                   : "")
+                    : absl::StrCat(" aligned at version ", request->align_version()))
+            << "\n";
+  response->set_min_version(done->min_version);
+  response->set_max_version(done->max_version);
+  response->set_has_ledger(done->has_ledger);
+  for (const auto& [chunk, end] : done->ledger) {
+    v1::DataRange* r = response->add_ledger();
+    r->set_chunk(chunk);
+    r->set_end(end);
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status ParameterServerService::Pull(

@@ -35,6 +35,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream)
       override;
+  grpc::Status Reconfigure(grpc::ServerContext* context,
+                           const v1::ReconfigureRequest* request,
+                           v1::ReconfigureResponse* response) override;
   grpc::Status Pull(grpc::ServerContext* context,
                     const v1::PullRequest* request,
                     grpc::ServerWriter<v1::Params>* writer) override;

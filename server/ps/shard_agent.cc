@@ -71,6 +71,7 @@ void ShardAgent::Run() {
                              std::max<int64_t>(1000, interval_ms_)));
     v1::ShardHeartbeatRequest request;
     request.set_shard_id(shard_id_);
+    request.set_address(advertise_address_);
     for (const std::string& job_id : shard_->JobIds()) {
       absl::StatusOr<std::shared_ptr<JobShard>> job = shard_->Find(job_id);
       if (!job.ok()) continue;
@@ -94,6 +95,8 @@ void ShardAgent::Run() {
         }
       }
       out->set_checkpoint_step(std::max<int64_t>(0, (*job)->LastCheckpoint()));
+      for (int64_t step : (*job)->CheckpointSteps()) out->add_checkpoint_steps(step);
+      out->set_generation((*job)->generation());
       v1::StalenessSummary* st = out->mutable_staleness();
       st->set_reads(stats.reads);
       st->set_max(stats.max);

@@ -37,6 +37,24 @@ struct JobShard::PartitionState {
   // ([member * size + i]) and the step each member is pushing.
   std::vector<float> staging ABSL_GUARDED_BY(mu);
   std::vector<int64_t> member_step ABSL_GUARDED_BY(mu);
+  // The generation whose pushes this partition takes.
+  int64_t generation ABSL_GUARDED_BY(mu) = 1;
+  // sync: the values and optimizer state before the last applied step, so
+  // that a membership change can undo a step that not every partition
+  // applied. The optimizer writes out of place and the buffers swap.
+  std::vector<float> prev_params ABSL_GUARDED_BY(mu);
+  std::vector<float> prev_state ABSL_GUARDED_BY(mu);
+  bool can_undo ABSL_GUARDED_BY(mu) = false;
+  bool undo_swaps ABSL_GUARDED_BY(mu) = false;  // the last step changed values
+  // The data ledger (held by partition 0 only): per chunk, the end of the
+  // prefix of samples whose gradients these parameters include.
+  bool tracks_ledger = false;
+  std::map<int64_t, int64_t> ledger ABSL_GUARDED_BY(mu);
+  // sync: this step's (chunk, end) per member; chunk -1 = none.
+  std::vector<std::pair<int64_t, int64_t>> member_range ABSL_GUARDED_BY(mu);
+  // sync: the ledger entries the last applied step changed, with their
+  // earlier ends (-1: absent).
+  std::vector<std::pair<int64_t, int64_t>> ledger_undo ABSL_GUARDED_BY(mu);
 };
 
 JobShard::JobShard(JobInit init, ParameterLayout layout)
@@ -52,9 +70,12 @@ JobShard::JobShard(JobInit init, ParameterLayout layout)
                     init_.spec.consistency().staleness() > 0
                 ? Mode::kSsp
                 : Mode::kSync),
+      generation_(init_.generation),
+      workers_(init_.workers),
       clocks_(static_cast<int>(init_.workers.size()),
               static_cast<int>(
-                  layout_.PartitionsOfShard(init_.shard_index).size())) {}
+                  layout_.PartitionsOfShard(init_.shard_index).size()),
+              init_.generation) {}
 
 int64_t JobShard::read_bound() const {
   switch (mode_) {
@@ -113,14 +134,13 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
                          p->meta.offset + p->meta.size, p->params.data());
     p->state.assign(p->meta.size * job->optimizer_.StateSlots(), 0.0f);
     p->accum.assign(p->meta.size, 0.0f);
-    p->got.assign(members * p->num_chunks, 0);
-    p->got_count.assign(members, 0);
-    p->member_samples.assign(members, -1);
-    p->done.assign(members, 0);
-    if (job->mode_ != Mode::kSync) {
-      p->staging.assign(members * p->meta.size, 0.0f);
-      p->member_step.assign(members, 0);
+    p->generation = init.generation;
+    p->tracks_ledger = id == 0;
+    if (job->mode_ == Mode::kSync) {
+      p->prev_params.assign(p->meta.size, 0.0f);
+      p->prev_state.assign(p->state.size(), 0.0f);
     }
+    job->ResetStepLocked(*p, members);
     job->ids_.push_back(id);
     job->slots_[id] = std::move(p);
   }
@@ -136,18 +156,52 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
 
 absl::StatusOr<int> JobShard::MemberIndex(const std::string& worker_id,
                                           int64_t generation) const {
-  if (generation != init_.generation) {
+  absl::MutexLock lock(&members_mu_);
+  if (generation < generation_) {
     return absl::AbortedError(
         absl::StrCat("generation ", generation, " is stale: job ", init_.job_id,
-                     " is at generation ", init_.generation, "; re-join"));
+                     " is at generation ", generation_, "; re-join"));
   }
-  auto it = std::find(init_.workers.begin(), init_.workers.end(), worker_id);
-  if (it == init_.workers.end()) {
+  if (generation > generation_ || !serving_) {
+    return absl::UnavailableError(absl::StrCat(
+        "job ", init_.job_id, " is being reconfigured to generation ",
+        generation, " on this shard; retry"));
+  }
+  auto it = std::find(workers_.begin(), workers_.end(), worker_id);
+  if (it == workers_.end()) {
     return absl::PermissionDeniedError(
         absl::StrCat("worker '", worker_id, "' is not a member of job ",
                      init_.job_id, " generation ", generation));
   }
-  return static_cast<int>(it - init_.workers.begin());
+  return static_cast<int>(it - workers_.begin());
+}
+
+int64_t JobShard::generation() const {
+  absl::MutexLock lock(&members_mu_);
+  return generation_;
+}
+
+std::vector<std::string> JobShard::workers() const {
+  absl::MutexLock lock(&members_mu_);
+  return workers_;
+}
+
+void JobShard::ResetStepLocked(PartitionState& p, int members) const
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // REQUIRES: p.mu held
+  std::fill(p.accum.begin(), p.accum.end(), 0.0f);
+  p.got.assign(members * p.num_chunks, 0);
+  p.got_count.assign(members, 0);
+  p.member_samples.assign(members, -1);
+  p.done.assign(members, 0);
+  p.done_count = 0;
+  p.total_samples = 0;
+  p.stop_requested = false;
+  p.first_done = absl::InfiniteFuture();
+  p.member_range.assign(members, {-1, 0});
+  if (mode_ != Mode::kSync) {
+    p.staging.assign(members * p.meta.size, 0.0f);
+    p.member_step.resize(members, p.member_step.empty() ? 0 : p.member_step[0]);
+  }
 }
 
 JobShard::PartitionState* JobShard::Find(int32_t partition) const {
@@ -202,7 +256,7 @@ absl::Status JobShard::Validate(const PartitionState& p,
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> JobShard::Push(int member, const PushChunk& c) {
+absl::StatusOr<PushOutcome> JobShard::Push(int member, const PushChunk& c) {
   PartitionState* p = Find(c.partition);
   if (p == nullptr) {
     return absl::InvalidArgumentError(
@@ -210,30 +264,45 @@ absl::StatusOr<bool> JobShard::Push(int member, const PushChunk& c) {
                      init_.shard_index, " of job ", init_.job_id));
   }
   RETURN_IF_ERROR(Validate(*p, c));
-  ASSIGN_OR_RETURN(bool finished, mode_ == Mode::kSync
-                                      ? PushSync(*p, member, c)
-                                      : PushOnArrival(*p, member, c));
+  ASSIGN_OR_RETURN(PushOutcome outcome, mode_ == Mode::kSync
+                                             ? PushSync(*p, member, c)
+                                             : PushOnArrival(*p, member, c));
   if (c.stop && mode_ != Mode::kSync) stop_requested_ = true;
-  if (finished) clocks_.PartitionDone(member, c.step);
-  return finished;
+  if (outcome == PushOutcome::kCompleted)
+    clocks_.PartitionDone(member, c.step, c.generation);
+  return outcome;
 }
 
-absl::StatusOr<bool> JobShard::PushSync(PartitionState& p, int member,
-                                        const PushChunk& c) {
+namespace {
+
+absl::Status StaleGeneration(const std::string& job_id, int64_t have,
+                             int64_t want) {
+  return absl::AbortedError(absl::StrCat("generation ", have,
+                                         " is stale: job ", job_id,
+                                         " is at generation ", want,
+                                         "; re-join"));
+}
+
+}  // namespace
+
+absl::StatusOr<PushOutcome> JobShard::PushSync(PartitionState& p, int member,
+                                               const PushChunk& c) {
   const int64_t chunk = c.samples == 0 ? 0 : c.offset / chunk_elems_;
   absl::MutexLock lock(&p.mu);
   if (p.ended)
     return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
-  if (c.step < p.version) return false;  // a retry of an applied step
+  if (c.generation != p.generation)
+    return StaleGeneration(init_.job_id, c.generation, p.generation);
+  // A retry of an applied step.
+  if (c.step < p.version) return PushOutcome::kAlreadyComplete;
   if (c.step > p.version) {
     return absl::FailedPreconditionError(absl::StrCat(
         "push.step ", c.step, " is ahead of partition ", c.partition,
         " version ", p.version, " (sync mode: pull the new version first)"));
   }
-  if (p.done[member] ||
-      (c.samples > 0 && p.got[member * p.num_chunks + chunk])) {
-    return false;  // repeated chunk
-  }
+  if (p.done[member]) return PushOutcome::kAlreadyComplete;
+  if (c.samples > 0 && p.got[member * p.num_chunks + chunk])
+    return PushOutcome::kPartial;  // a repeated chunk
   if (p.member_samples[member] >= 0 && p.member_samples[member] != c.samples) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push.samples ", c.samples, " differs from ", p.member_samples[member],
@@ -244,6 +313,8 @@ absl::StatusOr<bool> JobShard::PushSync(PartitionState& p, int member,
     p.total_samples += c.samples;
   }
   p.stop_requested |= c.stop;
+  if (p.tracks_ledger && c.samples > 0 && c.range_chunk >= 0)
+    p.member_range[member] = {c.range_chunk, c.range_end};
   if (c.samples > 0) {
     const float w = static_cast<float>(c.samples);
     const int64_t n = c.bytes / 4;
@@ -254,19 +325,37 @@ absl::StatusOr<bool> JobShard::PushSync(PartitionState& p, int member,
       acc[i] += v * w;
     }
     p.got[member * p.num_chunks + chunk] = 1;
-    if (++p.got_count[member] < p.num_chunks) return false;
+    if (++p.got_count[member] < p.num_chunks) return PushOutcome::kPartial;
   }
   p.done[member] = 1;
   if (p.done_count == 0) p.first_done = absl::Now();
-  if (++p.done_count < static_cast<int64_t>(p.done.size())) return true;
+  if (++p.done_count < static_cast<int64_t>(p.done.size()))
+    return PushOutcome::kCompleted;
   p.first_done = absl::InfiniteFuture();
-  // Every member has pushed: apply the averaged gradient.
+  // Every member has pushed: apply the averaged gradient, out of place, so
+  // that the previous version stays for an undo.
+  p.undo_swaps = p.total_samples > 0;
   if (p.total_samples > 0) {
     const float inv = 1.0f / static_cast<float>(p.total_samples);
     for (float& a : p.accum) a *= inv;
     ApplyUpdate(optimizer_, p.version, p.updates++, p.accum.data(),
-                p.params.data(), p.state.data(), p.meta.size);
+                p.params.data(), p.state.data(), p.prev_params.data(),
+                p.prev_state.data(), p.meta.size);
+    p.params.swap(p.prev_params);
+    p.state.swap(p.prev_state);
     std::fill(p.accum.begin(), p.accum.end(), 0.0f);
+  }
+  p.can_undo = true;
+  if (p.tracks_ledger) {
+    p.ledger_undo.clear();
+    for (auto& [chunk_id, end] : p.member_range) {
+      if (chunk_id < 0) continue;
+      auto it = p.ledger.find(chunk_id);
+      p.ledger_undo.emplace_back(chunk_id, it == p.ledger.end() ? -1 : it->second);
+      int64_t& e = p.ledger[chunk_id];
+      e = std::max(e, end);
+      chunk_id = -1;
+    }
   }
   ++p.version;
   const int64_t every = init_.spec.checkpoint().every_steps();
@@ -283,23 +372,28 @@ absl::StatusOr<bool> JobShard::PushSync(PartitionState& p, int member,
   p.done_count = 0;
   p.total_samples = 0;
   p.changed.SignalAll();
-  return true;
+  return PushOutcome::kCompleted;
 }
 
-absl::StatusOr<bool> JobShard::PushOnArrival(PartitionState& p, int member,
-                                             const PushChunk& c) {
+absl::StatusOr<PushOutcome> JobShard::PushOnArrival(PartitionState& p,
+                                                    int member,
+                                                    const PushChunk& c) {
   const int64_t chunk = c.samples == 0 ? 0 : c.offset / chunk_elems_;
   absl::MutexLock lock(&p.mu);
   if (p.ended)
     return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
+  if (c.generation != p.generation)
+    return StaleGeneration(init_.job_id, c.generation, p.generation);
   const int64_t expected = p.member_step[member];
-  if (c.step < expected) return false;  // a retry of an applied step
+  // A retry of an applied step.
+  if (c.step < expected) return PushOutcome::kAlreadyComplete;
   if (c.step > expected) {
     return absl::FailedPreconditionError(
         absl::StrCat("push.step ", c.step, " is ahead of this worker's step ",
                      expected, " on partition ", c.partition));
   }
-  if (c.samples > 0 && p.got[member * p.num_chunks + chunk]) return false;
+  if (c.samples > 0 && p.got[member * p.num_chunks + chunk])
+    return PushOutcome::kPartial;
   if (p.member_samples[member] >= 0 && p.member_samples[member] != c.samples) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push.samples ", c.samples, " differs from ", p.member_samples[member],
@@ -310,7 +404,7 @@ absl::StatusOr<bool> JobShard::PushOnArrival(PartitionState& p, int member,
     float* staged = p.staging.data() + member * p.meta.size + c.offset;
     std::memcpy(staged, c.data, c.bytes);
     p.got[member * p.num_chunks + chunk] = 1;
-    if (++p.got_count[member] < p.num_chunks) return false;
+    if (++p.got_count[member] < p.num_chunks) return PushOutcome::kPartial;
     // The member's whole gradient is here: apply it now, weighted so that
     // one step of every member moves as far as one synchronous step.
     float* g = p.staging.data() + member * p.meta.size;
@@ -321,6 +415,10 @@ absl::StatusOr<bool> JobShard::PushOnArrival(PartitionState& p, int member,
     ApplyUpdate(optimizer_, c.step, p.updates++, g, p.params.data(),
                 p.state.data(), p.meta.size);
     ++p.version;
+    if (p.tracks_ledger && c.range_chunk >= 0) {
+      int64_t& e = p.ledger[c.range_chunk];
+      e = std::max(e, c.range_end);
+    }
   }
   std::fill(p.got.begin() + member * p.num_chunks,
             p.got.begin() + (member + 1) * p.num_chunks, 0);
@@ -328,18 +426,18 @@ absl::StatusOr<bool> JobShard::PushOnArrival(PartitionState& p, int member,
   p.member_samples[member] = -1;
   ++p.member_step[member];
   p.changed.SignalAll();
-  return true;
+  return PushOutcome::kCompleted;
 }
 
 absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
-                                      absl::Time deadline,
+                                      int64_t generation, absl::Time deadline,
                                       const std::function<bool()>& cancelled) {
   PartitionState* p = Find(partition);
   if (p == nullptr)
     return absl::InvalidArgumentError(
         absl::StrCat("partition ", partition, " not held here"));
   absl::MutexLock lock(&p->mu);
-  while (p->version < version && !p->ended) {
+  while (p->version < version && !p->ended && p->generation == generation) {
     if (cancelled && cancelled())
       return absl::CancelledError("stream cancelled");
     const absl::Time now = absl::Now();
@@ -351,6 +449,8 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
     p->changed.WaitWithDeadline(
         &p->mu, std::min(deadline, now + absl::Milliseconds(100)));
   }
+  if (p->generation != generation)
+    return StaleGeneration(init_.job_id, generation, p->generation);
   if (p->version < version)
     return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
   return absl::OkStatus();
@@ -379,7 +479,9 @@ absl::Status JobShard::Read(int32_t partition, int64_t offset, int64_t n,
 namespace {
 
 // SavePartition's blob: a fixed header, then the values, then the optimizer
-// state (slot-major), all little-endian.
+// state (slot-major), then (format 2) the data ledger: a uint64 count and
+// (chunk, end) int64 pairs. All little-endian. Format 1 blobs (no ledger)
+// are still read.
 struct SavedHeader {
   char magic[4];            // "FPS1"
   uint32_t format_version;  // kSavedFormat
@@ -389,7 +491,7 @@ struct SavedHeader {
   int64_t version;
   int64_t updates;
 };
-constexpr uint32_t kSavedFormat = 1;
+constexpr uint32_t kSavedFormat = 2;
 static_assert(sizeof(SavedHeader) == 40,
               "the blob layout is part of the format");
 
@@ -410,27 +512,39 @@ std::string JobShard::SaveLocked(const PartitionState& p) const
   SavedHeader h{
       {'F', 'P', 'S', '1'}, kSavedFormat, p.meta.id, optimizer_.StateSlots(),
       p.meta.size,          p.version,    p.updates};
-  std::string blob(
-      sizeof(h) + (p.params.size() + p.state.size()) * sizeof(float), '\0');
+  const uint64_t entries = p.ledger.size();
+  std::string blob(sizeof(h) +
+                       (p.params.size() + p.state.size()) * sizeof(float) +
+                       sizeof(entries) + entries * 2 * sizeof(int64_t),
+                   '\0');
   char* out = blob.data();
   std::memcpy(out, &h, sizeof(h));
   out += sizeof(h);
   std::memcpy(out, p.params.data(), p.params.size() * sizeof(float));
   out += p.params.size() * sizeof(float);
   std::memcpy(out, p.state.data(), p.state.size() * sizeof(float));
+  out += p.state.size() * sizeof(float);
+  std::memcpy(out, &entries, sizeof(entries));
+  out += sizeof(entries);
+  for (const auto& [chunk, end] : p.ledger) {
+    const int64_t pair[2] = {chunk, end};
+    std::memcpy(out, pair, sizeof(pair));
+    out += sizeof(pair);
+  }
   return blob;
 }
 
 std::vector<JobShard::Stall> JobShard::Stalls(absl::Duration threshold) const {
   std::vector<Stall> stalls;
+  const std::vector<std::string> names = workers();
   const absl::Time now = absl::Now();
   for (int32_t id : ids_) {
     PartitionState& p = *slots_[id];
     absl::MutexLock lock(&p.mu);
     if (p.ended || now - p.first_done < threshold) continue;
     Stall s{id, p.version, absl::ToDoubleSeconds(now - p.first_done), {}};
-    for (size_t m = 0; m < p.done.size(); ++m) {
-      if (!p.done[m]) s.waiting_for.push_back(init_.workers[m]);
+    for (size_t m = 0; m < p.done.size() && m < names.size(); ++m) {
+      if (!p.done[m]) s.waiting_for.push_back(names[m]);
     }
     stalls.push_back(std::move(s));
   }
@@ -448,7 +562,24 @@ absl::Status JobShard::RestorePartition(int32_t partition,
     return absl::InvalidArgumentError(
         absl::StrCat("partition ", partition, " is not held by this shard"));
   }
-  SavedHeader h;
+  absl::MutexLock lock(&p->mu);
+  return RestoreLocked(*p, blob);
+}
+
+namespace {
+
+// A SavePartition blob, checked against the partition it is for.
+struct Saved {
+  SavedHeader header;
+  const char* values = nullptr;
+  const char* state = nullptr;
+  std::map<int64_t, int64_t> ledger;
+};
+
+absl::StatusOr<Saved> ParseSaved(std::string_view blob, int32_t partition,
+                                 int64_t size, int slots) {
+  Saved saved;
+  SavedHeader& h = saved.header;
   if (blob.size() < sizeof(h)) {
     return absl::DataLossError(
         absl::StrCat("saved partition is truncated: ", blob.size(),
@@ -456,38 +587,220 @@ absl::Status JobShard::RestorePartition(int32_t partition,
   }
   std::memcpy(&h, blob.data(), sizeof(h));
   if (std::memcmp(h.magic, "FPS1", 4) != 0 ||
-      h.format_version != kSavedFormat) {
+      (h.format_version != 1 && h.format_version != kSavedFormat)) {
     return absl::InvalidArgumentError(
         "not a saved partition of a known format");
   }
-  if (h.partition != partition || h.size != p->meta.size ||
-      h.slots != optimizer_.StateSlots()) {
+  if (h.partition != partition || h.size != size || h.slots != slots) {
     return absl::InvalidArgumentError(absl::StrCat(
         "saved partition ", h.partition, " (", h.size, " elements, ", h.slots,
-        " state slots) does not match partition ", partition, " (",
-        p->meta.size, ", ", optimizer_.StateSlots(), ")"));
+        " state slots) does not match partition ", partition, " (", size,
+        ", ", slots, ")"));
   }
-  const size_t want = sizeof(h) + (1 + h.slots) * h.size * sizeof(float);
-  if (blob.size() != want) {
+  const size_t body = sizeof(h) + (1 + h.slots) * h.size * sizeof(float);
+  uint64_t entries = 0;
+  if (h.format_version >= 2 && blob.size() >= body + sizeof(entries))
+    std::memcpy(&entries, blob.data() + body, sizeof(entries));
+  const size_t want =
+      h.format_version < 2
+          ? body
+          : body + sizeof(entries) + entries * 2 * sizeof(int64_t);
+  if (blob.size() != want || entries > blob.size()) {
     return absl::DataLossError(absl::StrCat("saved partition has ", blob.size(),
                                             " bytes, expected ", want));
   }
-  absl::MutexLock lock(&p->mu);
-  const char* in = blob.data() + sizeof(h);
-  std::memcpy(p->params.data(), in, p->params.size() * sizeof(float));
-  in += p->params.size() * sizeof(float);
-  std::memcpy(p->state.data(), in, p->state.size() * sizeof(float));
-  p->version = h.version;
-  p->updates = h.updates;
-  std::fill(p->accum.begin(), p->accum.end(), 0.0f);
-  std::fill(p->got.begin(), p->got.end(), 0);
-  std::fill(p->got_count.begin(), p->got_count.end(), 0);
-  std::fill(p->member_samples.begin(), p->member_samples.end(), -1);
-  std::fill(p->done.begin(), p->done.end(), 0);
-  p->done_count = 0;
-  p->total_samples = 0;
-  p->changed.SignalAll();
+  saved.values = blob.data() + sizeof(h);
+  saved.state = saved.values + h.size * sizeof(float);
+  const char* in = blob.data() + body + sizeof(entries);
+  for (uint64_t i = 0; i < entries; ++i) {
+    int64_t pair[2];
+    std::memcpy(pair, in, sizeof(pair));
+    in += sizeof(pair);
+    saved.ledger[pair[0]] = pair[1];
+  }
+  return saved;
+}
+
+}  // namespace
+
+absl::Status JobShard::RestoreLocked(PartitionState& p, std::string_view blob)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {  // REQUIRES: p.mu held
+  ASSIGN_OR_RETURN(Saved saved, ParseSaved(blob, p.meta.id, p.meta.size,
+                                           optimizer_.StateSlots()));
+  std::memcpy(p.params.data(), saved.values, p.params.size() * sizeof(float));
+  std::memcpy(p.state.data(), saved.state, p.state.size() * sizeof(float));
+  p.version = saved.header.version;
+  p.updates = saved.header.updates;
+  p.ledger = std::move(saved.ledger);
+  p.can_undo = false;
+  p.stop = false;
+  ResetStepLocked(p, static_cast<int>(p.done.size()));
+  p.changed.SignalAll();
   return absl::OkStatus();
+}
+
+absl::Status JobShard::RestoreCheckpoint(int64_t step) {
+  if (step < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("restore_step must be >= 0, got ", step));
+  if (step == 0) {  // the initial parameters
+    for (int32_t id : ids_) {
+      PartitionState& p = *slots_[id];
+      absl::MutexLock lock(&p.mu);
+      InitializeParameters(layout_, init_.spec.seed(), p.meta.offset,
+                           p.meta.offset + p.meta.size, p.params.data());
+      std::fill(p.state.begin(), p.state.end(), 0.0f);
+      p.version = 0;
+      p.updates = 0;
+      p.ledger.clear();
+      p.can_undo = false;
+      p.stop = false;
+      ResetStepLocked(p, static_cast<int>(p.done.size()));
+    }
+    if (checkpointer_ != nullptr) checkpointer_->DropAfter(0);
+    return absl::OkStatus();
+  }
+  const std::string path = CheckpointPath(init_.spec.checkpoint().dir(),
+                                          init_.job_id, step, init_.shard_index);
+  ASSIGN_OR_RETURN(CheckpointFile file, ReadCheckpoint(path));
+  if (file.job_id != init_.job_id || file.step != step ||
+      file.shard != init_.shard_index ||
+      file.partitions.size() != ids_.size()) {
+    return absl::DataLossError(absl::StrCat(
+        path, " holds job ", file.job_id, " step ", file.step, " shard ",
+        file.shard, " with ", file.partitions.size(), " partitions; expected ",
+        init_.job_id, " step ", step, " shard ", init_.shard_index, " with ",
+        ids_.size()));
+  }
+  // Check every blob before changing anything: all or nothing.
+  for (const auto& [id, blob] : file.partitions) {
+    const PartitionState* p = Find(id);
+    if (p == nullptr)
+      return absl::DataLossError(
+          absl::StrCat(path, " holds partition ", id, ", not held here"));
+    absl::Status s =
+        ParseSaved(blob, id, p->meta.size, optimizer_.StateSlots()).status();
+    if (!s.ok())
+      return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
+  }
+  for (const auto& [id, blob] : file.partitions) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    RETURN_IF_ERROR(RestoreLocked(p, blob));
+  }
+  if (checkpointer_ != nullptr) checkpointer_->DropAfter(step);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Reconfigured> JobShard::Reconfigure(
+    int64_t generation, const std::vector<std::string>& workers,
+    int64_t align_version, bool restore, int64_t restore_step) {
+  absl::MutexLock serial(&reconfigure_mu_);
+  if (ended_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", init_.job_id, " has ended"));
+  }
+  if (workers.empty())
+    return absl::InvalidArgumentError("workers must not be empty");
+  if (std::set<std::string>(workers.begin(), workers.end()).size() !=
+      workers.size()) {
+    return absl::InvalidArgumentError("workers must be unique");
+  }
+  const int members = static_cast<int>(workers.size());
+  {
+    absl::MutexLock lock(&members_mu_);
+    if (generation < generation_ ||
+        (align_version >= 0 && generation != generation_)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "generation ", generation, " does not follow job ", init_.job_id,
+          "'s generation ", generation_, " on this shard"));
+    }
+  }
+  Reconfigured result;
+  if (align_version < 0) {
+    // Phase 1: adopt the generation; end the old one's waits and pushes.
+    if (restore) RETURN_IF_ERROR(RestoreCheckpoint(restore_step));
+    {
+      absl::MutexLock lock(&members_mu_);
+      generation_ = generation;
+      workers_ = workers;
+      serving_ = false;
+    }
+    int64_t lo = INT64_MAX, hi = 0;
+    for (int32_t id : ids_) {
+      PartitionState& p = *slots_[id];
+      absl::MutexLock lock(&p.mu);
+      p.generation = generation;
+      ResetStepLocked(p, members);
+      lo = std::min(lo, p.version);
+      hi = std::max(hi, p.version);
+      p.changed.SignalAll();
+    }
+    if (mode_ != Mode::kSync && !restore) {  // clocks, not update counts
+      lo = clocks_.MinClock();
+      hi = clocks_.MaxClock();
+      if (lo == INT64_MAX) lo = hi;  // every member had finished
+    }
+    clocks_.Reset(members, 0, generation);
+    result.min_version = lo == INT64_MAX ? 0 : lo;
+    result.max_version = hi;
+    return result;
+  }
+  // Phase 2: align every partition to align_version, then serve.
+  if (mode_ == Mode::kSync) {
+    for (int32_t id : ids_) {
+      PartitionState& p = *slots_[id];
+      absl::MutexLock lock(&p.mu);
+      if (p.version != align_version &&
+          !(p.version == align_version + 1 && p.can_undo)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "partition ", id, " is at version ", p.version,
+            " and cannot be aligned to ", align_version));
+      }
+    }
+  }
+  for (int32_t id : ids_) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    if (mode_ == Mode::kSync && p.version == align_version + 1) {
+      // Undo the step that not every partition applied.
+      if (p.undo_swaps) {
+        p.params.swap(p.prev_params);
+        p.state.swap(p.prev_state);
+        --p.updates;
+      }
+      for (auto it = p.ledger_undo.rbegin(); it != p.ledger_undo.rend(); ++it) {
+        if (it->second < 0) {
+          p.ledger.erase(it->first);
+        } else {
+          p.ledger[it->first] = it->second;
+        }
+      }
+      p.ledger_undo.clear();
+      --p.version;
+      p.can_undo = false;
+      p.stop = false;
+    }
+    if (mode_ != Mode::kSync) p.member_step.assign(members, align_version);
+    if (p.tracks_ledger) {
+      result.has_ledger = true;
+      result.ledger = p.ledger;
+    }
+    result.min_version = result.max_version = p.version;
+  }
+  if (checkpointer_ != nullptr) checkpointer_->DropAfter(align_version);
+  clocks_.Reset(members, align_version, generation);
+  {
+    absl::MutexLock lock(&members_mu_);
+    serving_ = true;
+  }
+  return result;
+}
+
+std::vector<int64_t> JobShard::CheckpointSteps() const {
+  if (checkpointer_ == nullptr) return {};
+  return ListCheckpointSteps(init_.spec.checkpoint().dir(), init_.job_id,
+                             init_.shard_index);
 }
 
 void JobShard::End() {

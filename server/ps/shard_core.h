@@ -49,6 +49,25 @@ struct PushChunk {
   const char* data = nullptr;
   size_t bytes = 0;
   bool stop = false;
+  int64_t generation = 1;  // of the pushing stream
+  // Chunk sharding: the samples behind the gradient (chunk < 0: none).
+  int64_t range_chunk = -1;
+  int64_t range_end = 0;
+};
+
+// What a Push did.
+enum class PushOutcome {
+  kPartial,          // the member's contribution still misses chunks
+  kCompleted,        // this push completed it
+  kAlreadyComplete,  // a repeat: complete (or applied) before
+};
+
+// A Reconfigure's answer.
+struct Reconfigured {
+  int64_t min_version = 0;  // sync: partition versions; ssp/async: clocks
+  int64_t max_version = 0;
+  bool has_ledger = false;
+  std::map<int64_t, int64_t> ledger;  // chunk -> end of the applied prefix
 };
 
 struct JobInit {
@@ -76,23 +95,37 @@ class JobShard {
   const std::vector<int32_t>& partition_ids() const { return ids_; }
   int64_t chunk_elems() const { return chunk_elems_; }
 
-  // Index of `worker_id` among the generation's members. NOT_FOUND-like
-  // errors: PERMISSION_DENIED if not a member, ABORTED on a stale generation.
+  // Index of `worker_id` among the generation's members: PERMISSION_DENIED
+  // if not a member, ABORTED on an older generation, UNAVAILABLE (retry) on
+  // a newer one or while a reconfiguration is between its phases.
   absl::StatusOr<int> MemberIndex(const std::string& worker_id,
                                   int64_t generation) const;
+  int64_t generation() const;
+  std::vector<std::string> workers() const;
 
-  // Applies one chunk from member `member`. Returns true when this push
-  // completed the member's contribution to (partition, step); false for a
-  // partial or repeated push (repeats are acknowledged, never applied twice).
-  // A rejected push (INVALID_ARGUMENT, FAILED_PRECONDITION) changes nothing.
-  absl::StatusOr<bool> Push(int member, const PushChunk& chunk);
+  // Applies one chunk from member `member` of chunk.generation. Repeats are
+  // acknowledged and never applied twice. A rejected push (INVALID_ARGUMENT,
+  // FAILED_PRECONDITION, ABORTED for an older generation) changes nothing.
+  absl::StatusOr<PushOutcome> Push(int member, const PushChunk& chunk);
 
-  // Blocks until `partition` reaches `version`, the job ends (ABORTED),
-  // `cancelled()` turns true (CANCELLED) or `deadline` passes
-  // (DEADLINE_EXCEEDED).
+  // Blocks until `partition` reaches `version`, the job ends or `generation`
+  // is replaced (ABORTED), `cancelled()` turns true (CANCELLED) or
+  // `deadline` passes (DEADLINE_EXCEEDED).
   absl::Status WaitForVersion(int32_t partition, int64_t version,
-                              absl::Time deadline,
+                              int64_t generation, absl::Time deadline,
                               const std::function<bool()>& cancelled);
+
+  // Membership change or recovery (see ParameterServer.Reconfigure).
+  // Phase 1 (align_version < 0): adopts `generation` and `workers`, drops
+  // half-aggregated steps, optionally restores checkpoint `restore_step`
+  // (0: the initial parameters) first. Phase 2: brings every partition to
+  // `align_version` (sync: undoing at most one step), resets the clocks to
+  // it and serves the generation. FAILED_PRECONDITION when the generation is
+  // older than the shard's or a partition cannot be aligned; NOT_FOUND or
+  // DATA_LOSS when the checkpoint is missing or corrupt (nothing changed).
+  absl::StatusOr<Reconfigured> Reconfigure(
+      int64_t generation, const std::vector<std::string>& workers,
+      int64_t align_version, bool restore, int64_t restore_step);
 
   // Copies elements [offset, offset + n) of `partition` with its version and
   // whether a worker asked to stop at that version.
@@ -119,6 +152,8 @@ class JobShard {
 
   // The newest step whose checkpoint this shard wrote, or -1.
   int64_t LastCheckpoint() const;
+  // Steps with a checkpoint file of this shard on disk, ascending.
+  std::vector<int64_t> CheckpointSteps() const;
 
   // Stall inspector (sync): partitions whose current step has been waiting
   // longer than `threshold` since the first worker finished pushing it, and
@@ -140,12 +175,19 @@ class JobShard {
   explicit JobShard(JobInit init, ParameterLayout layout);
   PartitionState* Find(int32_t partition) const;
   absl::Status Validate(const PartitionState& p, const PushChunk& c) const;
-  absl::StatusOr<bool> PushSync(PartitionState& p, int member,
-                                const PushChunk& c);
-  absl::StatusOr<bool> PushOnArrival(PartitionState& p, int member,
-                                     const PushChunk& c);
+  absl::StatusOr<PushOutcome> PushSync(PartitionState& p, int member,
+                                       const PushChunk& c);
+  absl::StatusOr<PushOutcome> PushOnArrival(PartitionState& p, int member,
+                                            const PushChunk& c);
   // SavePartition's blob. REQUIRES: p.mu held.
   std::string SaveLocked(const PartitionState& p) const;
+  absl::Status RestoreLocked(PartitionState& p, std::string_view blob);
+  // Clears the current step's aggregation for `members` members.
+  // REQUIRES: p.mu held.
+  void ResetStepLocked(PartitionState& p, int members) const;
+  // Loads this shard's checkpoint of `step` into every partition (0: the
+  // initial parameters). All or nothing.
+  absl::Status RestoreCheckpoint(int64_t step);
 
   const JobInit init_;
   const ParameterLayout layout_;
@@ -156,6 +198,11 @@ class JobShard {
       slots_;  // by partition id; null if not here
   std::atomic<bool> ended_{false};
   const Mode mode_;
+  absl::Mutex reconfigure_mu_;  // one Reconfigure at a time
+  mutable absl::Mutex members_mu_;
+  int64_t generation_ ABSL_GUARDED_BY(members_mu_);
+  std::vector<std::string> workers_ ABSL_GUARDED_BY(members_mu_);
+  bool serving_ ABSL_GUARDED_BY(members_mu_) = true;
   ClockTable clocks_;
   // ssp/async: a worker asked to stop.
   std::atomic<bool> stop_requested_{false};
