@@ -209,6 +209,7 @@ absl::Status ParameterServerService::ServeStream(
             push.range().end(), ")"));
       }
       chunk.range_chunk = push.range().chunk();
+      chunk.range_begin = push.range().begin();
       chunk.range_end = push.range().end();
     }
     if (push.encoding() != v1::ENCODING_FP32 &&
@@ -264,10 +265,11 @@ grpc::Status ParameterServerService::Reconfigure(
   response->set_min_version(done->min_version);
   response->set_max_version(done->max_version);
   response->set_has_ledger(done->has_ledger);
-  for (const auto& [chunk, end] : done->ledger) {
-    v1::DataRange* r = response->add_ledger();
+  for (const auto& [chunk, e] : done->ledger) {
+    v1::LedgerEntry* r = response->add_ledger();
     r->set_chunk(chunk);
-    r->set_end(end);
+    r->set_end(e.end);
+    r->set_samples(e.samples);
   }
   return grpc::Status::OK;
 }

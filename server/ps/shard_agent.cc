@@ -97,6 +97,16 @@ void ShardAgent::Run() {
       out->set_checkpoint_step(std::max<int64_t>(0, (*job)->LastCheckpoint()));
       for (int64_t step : (*job)->CheckpointSteps()) out->add_checkpoint_steps(step);
       out->set_generation((*job)->generation());
+      Ledger ledger;
+      if ((*job)->Ledger(&ledger)) {
+        out->set_has_ledger(true);
+        for (const auto& [chunk, e] : ledger) {
+          v1::LedgerEntry* entry = out->add_ledger();
+          entry->set_chunk(chunk);
+          entry->set_end(e.end);
+          entry->set_samples(e.samples);
+        }
+      }
       v1::StalenessSummary* st = out->mutable_staleness();
       st->set_reads(stats.reads);
       st->set_max(stats.max);

@@ -49,12 +49,15 @@ struct JobShard::PartitionState {
   // The data ledger (held by partition 0 only): per chunk, the end of the
   // prefix of samples whose gradients these parameters include.
   bool tracks_ledger = false;
-  std::map<int64_t, int64_t> ledger ABSL_GUARDED_BY(mu);
-  // sync: this step's (chunk, end) per member; chunk -1 = none.
-  std::vector<std::pair<int64_t, int64_t>> member_range ABSL_GUARDED_BY(mu);
+  fulcrum::Ledger ledger ABSL_GUARDED_BY(mu);
+  // sync: this step's range per member; chunk -1 = none.
+  struct Range {
+    int64_t chunk = -1, begin = 0, end = 0;
+  };
+  std::vector<Range> member_range ABSL_GUARDED_BY(mu);
   // sync: the ledger entries the last applied step changed, with their
-  // earlier ends (-1: absent).
-  std::vector<std::pair<int64_t, int64_t>> ledger_undo ABSL_GUARDED_BY(mu);
+  // earlier values (end -1: absent).
+  std::vector<std::pair<int64_t, LedgerEntry>> ledger_undo ABSL_GUARDED_BY(mu);
 };
 
 JobShard::JobShard(JobInit init, ParameterLayout layout)
@@ -197,7 +200,7 @@ void JobShard::ResetStepLocked(PartitionState& p, int members) const
   p.total_samples = 0;
   p.stop_requested = false;
   p.first_done = absl::InfiniteFuture();
-  p.member_range.assign(members, {-1, 0});
+  p.member_range.assign(members, PartitionState::Range{});
   if (mode_ != Mode::kSync) {
     p.staging.assign(members * p.meta.size, 0.0f);
     p.member_step.resize(members, p.member_step.empty() ? 0 : p.member_step[0]);
@@ -314,7 +317,7 @@ absl::StatusOr<PushOutcome> JobShard::PushSync(PartitionState& p, int member,
   }
   p.stop_requested |= c.stop;
   if (p.tracks_ledger && c.samples > 0 && c.range_chunk >= 0)
-    p.member_range[member] = {c.range_chunk, c.range_end};
+    p.member_range[member] = {c.range_chunk, c.range_begin, c.range_end};
   if (c.samples > 0) {
     const float w = static_cast<float>(c.samples);
     const int64_t n = c.bytes / 4;
@@ -348,13 +351,15 @@ absl::StatusOr<PushOutcome> JobShard::PushSync(PartitionState& p, int member,
   p.can_undo = true;
   if (p.tracks_ledger) {
     p.ledger_undo.clear();
-    for (auto& [chunk_id, end] : p.member_range) {
-      if (chunk_id < 0) continue;
-      auto it = p.ledger.find(chunk_id);
-      p.ledger_undo.emplace_back(chunk_id, it == p.ledger.end() ? -1 : it->second);
-      int64_t& e = p.ledger[chunk_id];
-      e = std::max(e, end);
-      chunk_id = -1;
+    for (PartitionState::Range& r : p.member_range) {
+      if (r.chunk < 0) continue;
+      auto it = p.ledger.find(r.chunk);
+      p.ledger_undo.emplace_back(
+          r.chunk, it == p.ledger.end() ? LedgerEntry{-1, 0} : it->second);
+      LedgerEntry& e = p.ledger[r.chunk];
+      e.end = std::max(e.end, r.end);
+      e.samples += r.end - r.begin;
+      r.chunk = -1;
     }
   }
   ++p.version;
@@ -416,8 +421,9 @@ absl::StatusOr<PushOutcome> JobShard::PushOnArrival(PartitionState& p,
                 p.state.data(), p.meta.size);
     ++p.version;
     if (p.tracks_ledger && c.range_chunk >= 0) {
-      int64_t& e = p.ledger[c.range_chunk];
-      e = std::max(e, c.range_end);
+      LedgerEntry& e = p.ledger[c.range_chunk];
+      e.end = std::max(e.end, c.range_end);
+      e.samples += c.range_end - c.range_begin;
     }
   }
   std::fill(p.got.begin() + member * p.num_chunks,
@@ -480,7 +486,7 @@ namespace {
 
 // SavePartition's blob: a fixed header, then the values, then the optimizer
 // state (slot-major), then (format 2) the data ledger: a uint64 count and
-// (chunk, end) int64 pairs. All little-endian. Format 1 blobs (no ledger)
+// (chunk, end, samples) int64 triples. All little-endian. Format 1 blobs (no ledger)
 // are still read.
 struct SavedHeader {
   char magic[4];            // "FPS1"
@@ -515,7 +521,7 @@ std::string JobShard::SaveLocked(const PartitionState& p) const
   const uint64_t entries = p.ledger.size();
   std::string blob(sizeof(h) +
                        (p.params.size() + p.state.size()) * sizeof(float) +
-                       sizeof(entries) + entries * 2 * sizeof(int64_t),
+                       sizeof(entries) + entries * 3 * sizeof(int64_t),
                    '\0');
   char* out = blob.data();
   std::memcpy(out, &h, sizeof(h));
@@ -526,10 +532,10 @@ std::string JobShard::SaveLocked(const PartitionState& p) const
   out += p.state.size() * sizeof(float);
   std::memcpy(out, &entries, sizeof(entries));
   out += sizeof(entries);
-  for (const auto& [chunk, end] : p.ledger) {
-    const int64_t pair[2] = {chunk, end};
-    std::memcpy(out, pair, sizeof(pair));
-    out += sizeof(pair);
+  for (const auto& [chunk, e] : p.ledger) {
+    const int64_t triple[3] = {chunk, e.end, e.samples};
+    std::memcpy(out, triple, sizeof(triple));
+    out += sizeof(triple);
   }
   return blob;
 }
@@ -573,7 +579,7 @@ struct Saved {
   SavedHeader header;
   const char* values = nullptr;
   const char* state = nullptr;
-  std::map<int64_t, int64_t> ledger;
+  fulcrum::Ledger ledger;
 };
 
 absl::StatusOr<Saved> ParseSaved(std::string_view blob, int32_t partition,
@@ -604,7 +610,7 @@ absl::StatusOr<Saved> ParseSaved(std::string_view blob, int32_t partition,
   const size_t want =
       h.format_version < 2
           ? body
-          : body + sizeof(entries) + entries * 2 * sizeof(int64_t);
+          : body + sizeof(entries) + entries * 3 * sizeof(int64_t);
   if (blob.size() != want || entries > blob.size()) {
     return absl::DataLossError(absl::StrCat("saved partition has ", blob.size(),
                                             " bytes, expected ", want));
@@ -613,10 +619,10 @@ absl::StatusOr<Saved> ParseSaved(std::string_view blob, int32_t partition,
   saved.state = saved.values + h.size * sizeof(float);
   const char* in = blob.data() + body + sizeof(entries);
   for (uint64_t i = 0; i < entries; ++i) {
-    int64_t pair[2];
-    std::memcpy(pair, in, sizeof(pair));
-    in += sizeof(pair);
-    saved.ledger[pair[0]] = pair[1];
+    int64_t triple[3];
+    std::memcpy(triple, in, sizeof(triple));
+    in += sizeof(triple);
+    saved.ledger[triple[0]] = LedgerEntry{triple[1], triple[2]};
   }
   return saved;
 }
@@ -770,7 +776,7 @@ absl::StatusOr<Reconfigured> JobShard::Reconfigure(
         --p.updates;
       }
       for (auto it = p.ledger_undo.rbegin(); it != p.ledger_undo.rend(); ++it) {
-        if (it->second < 0) {
+        if (it->second.end < 0) {
           p.ledger.erase(it->first);
         } else {
           p.ledger[it->first] = it->second;
@@ -795,6 +801,14 @@ absl::StatusOr<Reconfigured> JobShard::Reconfigure(
     serving_ = true;
   }
   return result;
+}
+
+bool JobShard::Ledger(fulcrum::Ledger* out) const {
+  PartitionState* p = Find(0);
+  if (p == nullptr || !p->tracks_ledger) return false;
+  absl::MutexLock lock(&p->mu);
+  *out = p->ledger;
+  return true;
 }
 
 std::vector<int64_t> JobShard::CheckpointSteps() const {

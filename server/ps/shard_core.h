@@ -52,8 +52,19 @@ struct PushChunk {
   int64_t generation = 1;  // of the pushing stream
   // Chunk sharding: the samples behind the gradient (chunk < 0: none).
   int64_t range_chunk = -1;
+  int64_t range_begin = 0;
   int64_t range_end = 0;
 };
+
+// The data ledger's entry for one chunk (see v1.LedgerEntry).
+struct LedgerEntry {
+  int64_t end = 0;
+  int64_t samples = 0;
+  bool operator==(const LedgerEntry& o) const {
+    return end == o.end && samples == o.samples;
+  }
+};
+using Ledger = std::map<int64_t, LedgerEntry>;  // by chunk
 
 // What a Push did.
 enum class PushOutcome {
@@ -67,7 +78,7 @@ struct Reconfigured {
   int64_t min_version = 0;  // sync: partition versions; ssp/async: clocks
   int64_t max_version = 0;
   bool has_ledger = false;
-  std::map<int64_t, int64_t> ledger;  // chunk -> end of the applied prefix
+  Ledger ledger;
 };
 
 struct JobInit {
@@ -152,6 +163,8 @@ class JobShard {
 
   // The newest step whose checkpoint this shard wrote, or -1.
   int64_t LastCheckpoint() const;
+  // The data ledger, if partition 0 is held here.
+  bool Ledger(fulcrum::Ledger* out) const;
   // Steps with a checkpoint file of this shard on disk, ascending.
   std::vector<int64_t> CheckpointSteps() const;
 

@@ -237,6 +237,7 @@ PushChunk PartChunk(int32_t id, int64_t step, const std::vector<float>& g,
   c.partition = id;
   c.generation = generation;
   c.range_chunk = 7;
+  c.range_begin = range_end - 10;
   c.range_end = range_end;
   return c;
 }
@@ -301,7 +302,7 @@ TEST(ShardCoreTest, MembershipChangeUndoesAStepOnlySomePartitionsApplied) {
     EXPECT_EQ(v, 1);
   }
   ASSERT_TRUE(aligned->has_ledger);
-  EXPECT_EQ(aligned->ledger, (std::map<int64_t, int64_t>{{7, 20}}));
+  EXPECT_EQ(aligned->ledger, (Ledger{{7, LedgerEntry{20, 20}}}));
   // Generation 2 (only a) redoes step 1: momentum state was undone too, so
   // the result equals a fresh run of step 0 (a+b) then step 1 (a alone).
   auto replay = JobShard::Create(MultiPartitionJob({"a", "b"}));
@@ -386,7 +387,7 @@ TEST(ShardCoreTest, ReconfigureRestoresACheckpointOrRejectsACorruptOne) {
       (*job)->Reconfigure(2, {"a"}, 2, false, 0);
   ASSERT_TRUE(aligned.ok()) << aligned.status();
   for (int32_t id : ids) EXPECT_EQ(ReadPartition(**job, id), at[2][id]) << id;
-  EXPECT_EQ(aligned->ledger, (std::map<int64_t, int64_t>{{7, 20}}));
+  EXPECT_EQ(aligned->ledger, (Ledger{{7, LedgerEntry{20, 20}}}));
   EXPECT_EQ((*job)->CheckpointSteps(), (std::vector<int64_t>{2}));
   // Restoring step 0 means the initial parameters.
   ASSERT_TRUE((*job)->Reconfigure(3, {"a"}, -1, true, 0).ok());
