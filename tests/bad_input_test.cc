@@ -234,6 +234,10 @@ class NoShards : public ShardControl {
     return absl::OkStatus();
   }
   void EndJob(const std::string&, const std::string&) override {}
+  absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
+      const std::string&, const v1::ReconfigureRequest&) override {
+    return v1::ReconfigureResponse();
+  }
 };
 
 TEST(CoordinatorBadInputTest, InvalidSpecOverGrpc) {

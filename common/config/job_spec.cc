@@ -109,6 +109,9 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
                        [d](int64_t v) { d->set_train_limit(v); })},
       {"test_limit",
        Scalar<int64_t>("an integer", [d](int64_t v) { d->set_test_limit(v); })},
+      {"sharding", Str(d->mutable_sharding())},
+      {"chunk_size",
+       Scalar<int64_t>("an integer", [d](int64_t v) { d->set_chunk_size(v); })},
   };
   const std::map<std::string, Handler> optimizer = {
       {"type", Str(o->mutable_type())},
@@ -359,6 +362,8 @@ void ApplyDefaults(JobSpec* spec) {
     spec->mutable_model()->set_activation("relu");
   if (spec->dataset().format().empty())
     spec->mutable_dataset()->set_format("idx");
+  if (spec->dataset().sharding().empty())
+    spec->mutable_dataset()->set_sharding("chunks");
   if (spec->optimizer().type().empty())
     spec->mutable_optimizer()->set_type("momentum");
   if (spec->optimizer().schedule().type().empty())
@@ -366,6 +371,10 @@ void ApplyDefaults(JobSpec* spec) {
   if (spec->consistency().mode().empty())
     spec->mutable_consistency()->set_mode("sync");
   if (!spec->has_batch_size()) spec->set_batch_size(64);
+  if (!spec->dataset().has_chunk_size()) {
+    spec->mutable_dataset()->set_chunk_size(int64_t{kDefaultChunkBatches} *
+                                            spec->batch_size());
+  }
   if (!spec->has_epochs()) spec->set_epochs(1);
   if (!spec->workers().has_min()) spec->mutable_workers()->set_min(1);
   if (!spec->workers().has_max()) {
@@ -415,6 +424,14 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (d.test_limit() < 0)
     return Bad("dataset.test_limit",
                absl::StrCat("must be >= 0", got(d.test_limit())));
+  if (d.sharding() != "chunks" && d.sharding() != "static") {
+    return Bad("dataset.sharding",
+               absl::StrCat("must be one of [chunks, static], got '",
+                            d.sharding(), "'"));
+  }
+  if (d.chunk_size() < 1)
+    return Bad("dataset.chunk_size",
+               absl::StrCat("must be >= 1", got(d.chunk_size())));
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   RETURN_IF_ERROR(ValidateConsistency(spec.consistency()));
   RETURN_IF_ERROR(ValidateCheckpoint(spec));

@@ -13,6 +13,8 @@ namespace fulcrum {
 
 inline constexpr int64_t kDefaultPartitionBytes = 4 << 20;
 inline constexpr int64_t kDefaultChunkBytes = 1 << 20;
+// dataset.chunk_size defaults to this many batches.
+inline constexpr int kDefaultChunkBatches = 16;
 inline constexpr int64_t kMaxChunkBytes = 4 << 20;
 inline constexpr int kDefaultEvalEverySteps = 200;
 

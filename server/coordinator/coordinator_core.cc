@@ -1,8 +1,10 @@
 #include "server/coordinator/coordinator_core.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config/job_spec.h"
 
 namespace fulcrum {
@@ -10,6 +12,15 @@ namespace {
 
 double Unix(absl::Time t) {
   return absl::ToDoubleSeconds(t - absl::UnixEpoch());
+}
+
+bool Contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+template <typename Repeated>
+std::vector<std::string> ToVector(const Repeated& r) {
+  return std::vector<std::string>(r.begin(), r.end());
 }
 
 }  // namespace
@@ -38,11 +49,14 @@ void Coordinator::Tick() {
   std::vector<EndCall> ends;
   std::vector<Launch> launches;
   std::vector<std::string> lost;
+  std::vector<Round> rounds;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = options_.now();
     ExpireLeases(now, &ends, &lost);
     Schedule(now, &launches);
+    Grow();
+    PlanRounds(now, &rounds);
   }
   if (options_.on_member_lost) {
     for (const std::string& role : lost) options_.on_member_lost(role);
@@ -77,6 +91,7 @@ void Coordinator::Tick() {
       job.status.set_generation(1);
       job.status.set_start_time_unix(Unix(options_.now()));
       job.status.set_message("");
+      job.members = ToVector(job.status.workers());
       for (const std::string& w : job.status.workers())
         AddEvent(job, "joined", w);
       for (const std::string& s : job.status.shards())
@@ -101,6 +116,38 @@ void Coordinator::Tick() {
           absl::StrCat("starting failed, will retry: ", status.message()));
     }
   }
+  for (const Round& round : rounds) RunRound(round);
+}
+
+void Coordinator::DropMember(Job& job, const std::string& worker,
+                             const std::string& kind) {
+  auto it = std::find(job.members.begin(), job.members.end(), worker);
+  const bool member =
+      it != job.members.end() || Contains(ToVector(job.status.workers()), worker);
+  if (!member) return;
+  if (it != job.members.end()) job.members.erase(it);
+  AddEvent(job, kind, worker);
+  for (auto& [id, chunk] : job.chunks) {
+    if (chunk.holder == worker) chunk.holder.clear();
+  }
+  if (job.members.empty() && job.status.state() == v1::RUNNING &&
+      !job.finishing) {
+    job.status.set_message("waiting for workers: every member is gone");
+  }
+}
+
+void Coordinator::LoseShard(const std::string& id) {
+  for (auto& [job_id, job] : jobs_) {
+    if (job.status.state() != v1::RUNNING) continue;
+    for (int i = 0; i < job.status.shards_size(); ++i) {
+      if (job.status.shards(i) != id) continue;
+      AddEvent(job, "lost", id);
+      job.missing_shards.insert(i);
+      job.restore = true;
+      job.status.set_message(absl::StrCat(
+          "shard ", id, " lost: recovering from the last complete checkpoint"));
+    }
+  }
 }
 
 void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
@@ -115,13 +162,8 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
     it = workers_.erase(it);
     lost->push_back("worker");
     auto job = jobs_.find(job_id);
-    if (job != jobs_.end() && job->second.status.state() == v1::RUNNING) {
-      AddEvent(job->second, "lost", id);
-      Finish(job->second, v1::FAILED,
-             absl::StrCat("worker ", id, " lost: no heartbeat for ",
-                          absl::FormatDuration(options_.lease)),
-             ends);
-    }
+    if (job != jobs_.end() && job->second.status.state() == v1::RUNNING)
+      DropMember(job->second, id, "lost");
   }
   for (auto it = shard_members_.begin(); it != shard_members_.end();) {
     if (now - it->second.last_heartbeat <= options_.lease) {
@@ -131,16 +173,9 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
     const std::string id = it->first;
     it = shard_members_.erase(it);
     lost->push_back("shard");
-    for (auto& [job_id, job] : jobs_) {
-      const auto& s = job.status.shards();
-      if (job.status.state() == v1::RUNNING &&
-          std::find(s.begin(), s.end(), id) != s.end()) {
-        AddEvent(job, "lost", id);
-        Finish(job, v1::FAILED,
-               absl::StrCat("shard ", id, " lost: no heartbeat"), ends);
-      }
-    }
+    LoseShard(id);
   }
+  (void)ends;
 }
 
 std::vector<std::string> Coordinator::IdleWorkers() const {
@@ -149,6 +184,325 @@ std::vector<std::string> Coordinator::IdleWorkers() const {
     if (w.job_id.empty()) idle.push_back(id);
   }
   return idle;
+}
+
+void Coordinator::Grow() {
+  for (const std::string& job_id : job_order_) {
+    Job& job = jobs_[job_id];
+    if (job.status.state() != v1::RUNNING || job.finishing) continue;
+    const int max = job.status.spec().workers().max();
+    for (const std::string& w : IdleWorkers()) {
+      if (static_cast<int>(job.members.size()) >= max) break;
+      workers_[w].job_id = job_id;
+      job.members.push_back(w);
+    }
+  }
+}
+
+int64_t Coordinator::RestorableCheckpoint(const Job& job) {
+  std::set<int64_t> common;
+  for (int i = 0; i < job.status.spec().shards(); ++i) {
+    auto it = job.checkpoint_steps.find(i);
+    if (it == job.checkpoint_steps.end()) return 0;
+    std::set<int64_t> here(it->second.begin(), it->second.end());
+    if (i == 0) {
+      common = std::move(here);
+    } else {
+      std::set<int64_t> both;
+      for (int64_t s : common)
+        if (here.count(s)) both.insert(s);
+      common = std::move(both);
+    }
+  }
+  for (auto it = common.rbegin(); it != common.rend(); ++it) {
+    if (!job.bad_checkpoints.count(*it)) return *it;
+  }
+  return 0;
+}
+
+void Coordinator::PlanRounds(absl::Time now, std::vector<Round>* rounds) {
+  for (const std::string& job_id : job_order_) {
+    Job& job = jobs_[job_id];
+    if (job.status.state() != v1::RUNNING || job.round_in_flight ||
+        job.finishing || job.members.empty() || now < job.recover_after) {
+      continue;
+    }
+    const bool changed = job.members != ToVector(job.status.workers());
+    if (!changed && job.missing_shards.empty() && !job.restore &&
+        job.fresh_shards.empty()) {
+      continue;
+    }
+    // Replace lost shards: a shard at the lost one's address (the process
+    // restarted) first, else the least loaded one not in this job.
+    bool placed = true;
+    for (int index : std::set<int>(job.missing_shards)) {
+      std::map<std::string, int> load;
+      for (const auto& [id, s] : shard_members_) load[id] = 0;
+      for (const auto& [id, j] : jobs_) {
+        if (j.status.state() != v1::RUNNING && !j.starting) continue;
+        for (const std::string& s : j.status.shards())
+          if (load.count(s)) ++load[s];
+      }
+      std::string best;
+      for (const auto& [id, s] : shard_members_) {
+        if (Contains(ToVector(job.status.shards()), id)) continue;
+        if (s.address == job.shard_addresses[index]) {
+          best = id;
+          break;
+        }
+        if (best.empty() || load[id] < load[best]) best = id;
+      }
+      if (best.empty()) {
+        placed = false;
+        job.status.set_message(absl::StrCat(
+            "waiting for a shard to replace shard ", index, " (",
+            job.shard_addresses[index], ")"));
+        break;
+      }
+      job.status.set_shards(index, best);
+      job.shard_addresses[index] = shard_members_[best].address;
+      job.missing_shards.erase(index);
+      job.fresh_shards.insert(index);
+      AddEvent(job, "joined", best);
+    }
+    if (!placed) continue;
+    Round round;
+    round.job_id = job_id;
+    round.generation = job.status.generation() + 1;
+    round.workers = job.members;
+    round.addresses = job.shard_addresses;
+    round.restore = job.restore;
+    round.restore_step = job.restore ? RestorableCheckpoint(job) : 0;
+    for (int index : job.fresh_shards) {
+      v1::InitJobRequest request;
+      request.set_job_id(job_id);
+      *request.mutable_spec() = job.status.spec();
+      request.set_shard_index(index);
+      request.set_num_shards(job.status.spec().shards());
+      request.set_generation(round.generation);
+      for (const std::string& w : round.workers) request.add_workers(w);
+      round.inits.emplace_back(job.shard_addresses[index], std::move(request));
+    }
+    job.round_in_flight = true;
+    rounds->push_back(std::move(round));
+  }
+}
+
+void Coordinator::RunRound(const Round& round) {
+  auto abandon = [&](const absl::Status& status, bool bad_checkpoint) {
+    std::cerr << "fulcrum-coordinator: job " << round.job_id
+              << " generation " << round.generation
+              << " not reached, will retry: " << status << "\n";
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(round.job_id);
+    if (it == jobs_.end()) return;
+    it->second.round_in_flight = false;
+    if (bad_checkpoint) {
+      it->second.bad_checkpoints.insert(round.restore_step);
+      AddEvent(it->second, "checkpoint_rejected", "", round.restore_step);
+    }
+    it->second.status.set_message(absl::StrCat(
+        "reconfiguring to generation ", round.generation, ": ",
+        status.message()));
+  };
+  for (const auto& [address, request] : round.inits) {
+    absl::Status s = shards_->InitJob(address, request);
+    // Already there (a retried round): the Reconfigure below sets it up.
+    if (!s.ok() && s.code() != absl::StatusCode::kFailedPrecondition) {
+      return abandon(absl::Status(s.code(), absl::StrCat("shard ", address,
+                                                         ": ", s.message())),
+                     false);
+    }
+  }
+  v1::ReconfigureRequest request;
+  request.set_job_id(round.job_id);
+  request.set_generation(round.generation);
+  for (const std::string& w : round.workers) request.add_workers(w);
+  request.set_align_version(-1);
+  request.set_restore(round.restore);
+  request.set_restore_step(round.restore_step);
+  int64_t align = INT64_MAX;
+  for (const std::string& address : round.addresses) {
+    absl::StatusOr<v1::ReconfigureResponse> r =
+        shards_->Reconfigure(address, request);
+    if (!r.ok()) {
+      const bool bad = round.restore && round.restore_step > 0 &&
+                       (r.status().code() == absl::StatusCode::kDataLoss ||
+                        r.status().code() == absl::StatusCode::kNotFound);
+      return abandon(
+          absl::Status(r.status().code(), absl::StrCat("shard ", address, ": ",
+                                                       r.status().message())),
+          bad);
+    }
+    align = std::min(align, r->min_version());
+  }
+  request.set_align_version(align == INT64_MAX ? 0 : align);
+  request.set_restore(false);
+  request.set_restore_step(0);
+  std::map<int64_t, v1::LedgerEntry> ledger;
+  for (const std::string& address : round.addresses) {
+    absl::StatusOr<v1::ReconfigureResponse> r =
+        shards_->Reconfigure(address, request);
+    if (!r.ok()) {
+      return abandon(
+          absl::Status(r.status().code(), absl::StrCat("shard ", address, ": ",
+                                                       r.status().message())),
+          false);
+    }
+    if (r->has_ledger()) {
+      for (const v1::LedgerEntry& e : r->ledger()) ledger[e.chunk()] = e;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(round.job_id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  job.round_in_flight = false;
+  if (job.status.state() != v1::RUNNING) return;
+  const std::vector<std::string> before = ToVector(job.status.workers());
+  job.status.set_generation(round.generation);
+  job.status.mutable_workers()->Assign(round.workers.begin(),
+                                       round.workers.end());
+  job.fresh_shards.clear();
+  if (round.restore) {
+    job.restore = false;
+    AddEvent(job, "restored", "", round.restore_step);
+  }
+  for (const std::string& w : round.workers) {
+    if (!Contains(before, w)) AddEvent(job, "joined", w);
+  }
+  job.ledger = std::move(ledger);
+  RebuildChunks(job);
+  job.status.set_message("");
+  std::cerr << "fulcrum-coordinator: job " << round.job_id << " at generation "
+            << round.generation << " with "
+            << absl::StrJoin(round.workers, ", ") << " from version " << align
+            << (round.restore
+                    ? absl::StrCat(" (restored checkpoint ", round.restore_step,
+                                   ")")
+                    : "")
+            << "\n";
+}
+
+int64_t Coordinator::ChunksPerEpoch(const Job& job) {
+  const int64_t size = job.status.spec().dataset().chunk_size();
+  return (job.dataset_size + size - 1) / size;
+}
+
+void Coordinator::EnsureEpoch(Job& job, int64_t epoch) {
+  if (job.dataset_size <= 0) return;
+  const int64_t per = ChunksPerEpoch(job);
+  const int64_t size = job.status.spec().dataset().chunk_size();
+  if (job.chunks.count(epoch * per)) return;
+  for (int64_t i = 0; i < per; ++i) {
+    Chunk c;
+    c.begin = i * size;
+    c.end = std::min(c.begin + size, job.dataset_size);
+    c.next = c.begin;
+    job.chunks[epoch * per + i] = c;
+  }
+}
+
+void Coordinator::RebuildChunks(Job& job) {
+  if (job.dataset_size <= 0) return;
+  const int64_t per = ChunksPerEpoch(job);
+  for (const auto& [id, entry] : job.ledger) EnsureEpoch(job, id / per);
+  for (auto& [id, c] : job.chunks) {
+    c.holder.clear();
+    auto e = job.ledger.find(id);
+    c.next = e == job.ledger.end()
+                 ? c.begin
+                 : std::clamp<int64_t>(e->second.end(), c.begin, c.end);
+    c.done = c.next >= c.end;
+  }
+}
+
+absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
+    const v1::LeaseChunkRequest& request) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(request.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job_id '", request.job_id(), "' not found"));
+  }
+  Job& job = it->second;
+  auto w = workers_.find(request.worker_id());
+  if (w == workers_.end() ||
+      !Contains(ToVector(job.status.workers()), request.worker_id())) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker_id '", request.worker_id(),
+                     "' is not a member of ", request.job_id()));
+  }
+  if (job.status.state() != v1::RUNNING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(), " is ",
+                     v1::JobState_Name(job.status.state())));
+  }
+  if (request.generation() != job.status.generation()) {
+    return absl::AbortedError(absl::StrCat(
+        "generation ", request.generation(), " is stale: job ",
+        request.job_id(), " is at generation ", job.status.generation(),
+        "; re-join"));
+  }
+  if (job.status.spec().dataset().sharding() != "chunks") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(),
+                     " uses dataset.sharding '",
+                     job.status.spec().dataset().sharding(), "', not chunks"));
+  }
+  if (request.dataset_size() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset_size must be > 0, got ", request.dataset_size()));
+  }
+  if (job.dataset_size < 0) {
+    job.dataset_size = request.dataset_size();
+    EnsureEpoch(job, 0);
+    RebuildChunks(job);
+  } else if (job.dataset_size != request.dataset_size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset_size ", request.dataset_size(), " differs from ",
+        job.dataset_size, " reported by other workers of ", request.job_id()));
+  }
+  w->second.last_heartbeat = options_.now();
+  for (int64_t id : request.done()) {
+    auto c = job.chunks.find(id);
+    if (c != job.chunks.end() && c->second.holder == request.worker_id()) {
+      c->second.holder.clear();
+      c->second.done = true;
+      c->second.next = c->second.end;
+    }
+  }
+  const int64_t per = ChunksPerEpoch(job);
+  v1::LeaseChunkResponse response;
+  auto lease = [&](int64_t id, Chunk& c) {
+    c.holder = request.worker_id();
+    v1::DataRange* r = response.mutable_chunk();
+    r->set_chunk(id);
+    r->set_begin(c.next);
+    r->set_end(c.end);
+    response.set_epoch(static_cast<int32_t>(id / per));
+  };
+  for (auto& [id, c] : job.chunks) {  // a lease the worker already holds
+    if (c.holder == request.worker_id()) {
+      lease(id, c);
+      return response;
+    }
+  }
+  bool all_done = true;
+  for (int64_t epoch = 0; epoch < job.status.spec().epochs(); ++epoch) {
+    EnsureEpoch(job, epoch);
+    for (int64_t id = epoch * per; id < (epoch + 1) * per; ++id) {
+      Chunk& c = job.chunks[id];
+      if (c.done) continue;
+      all_done = false;
+      if (c.holder.empty()) {
+        lease(id, c);
+        return response;
+      }
+    }
+  }
+  response.set_exhausted(all_done);
+  return response;
 }
 
 void Coordinator::Schedule(absl::Time now, std::vector<Launch>* launches) {
@@ -226,7 +580,7 @@ void Coordinator::Finish(Job& job, v1::JobState state,
 }
 
 void Coordinator::AddEvent(Job& job, const std::string& kind,
-                           const std::string& member) {
+                           const std::string& member, int64_t step) {
   constexpr int kMaxEvents = 100;
   auto* events = job.status.mutable_events();
   if (events->size() >= kMaxEvents)
@@ -236,6 +590,7 @@ void Coordinator::AddEvent(Job& job, const std::string& kind,
   e->set_kind(kind);
   e->set_member_id(member);
   e->set_generation(job.status.generation());
+  e->set_step(step);
 }
 
 void Coordinator::RunEnds(const std::vector<EndCall>& ends) {
@@ -277,13 +632,43 @@ void Coordinator::RefreshProgress(Job& job) const {
   job.status.mutable_shard_addresses()->Assign(job.shard_addresses.begin(),
                                                job.shard_addresses.end());
   if (running) job.status.mutable_progress()->set_samples_per_sec(rate);
-  // A checkpoint is complete once every shard of the job has written it.
-  int64_t complete = INT64_MAX;
-  for (const std::string& shard : job.status.shards()) {
-    auto it = job.checkpoints.find(shard);
-    complete = std::min(complete, it == job.checkpoints.end() ? 0 : it->second);
+  // A checkpoint is complete once every shard index has it on disk.
+  job.status.clear_checkpoint_steps();
+  std::set<int64_t> common;
+  for (int i = 0; i < job.status.shards_size(); ++i) {
+    auto it = job.checkpoint_steps.find(i);
+    std::set<int64_t> here;
+    if (it != job.checkpoint_steps.end())
+      here.insert(it->second.begin(), it->second.end());
+    if (i == 0) {
+      common = std::move(here);
+    } else {
+      std::set<int64_t> both;
+      for (int64_t s : common)
+        if (here.count(s)) both.insert(s);
+      common = std::move(both);
+    }
   }
-  job.status.set_checkpoint_step(job.status.shards().empty() ? 0 : complete);
+  for (int64_t s : common) job.status.add_checkpoint_steps(s);
+  job.status.set_checkpoint_step(common.empty() ? 0 : *common.rbegin());
+  // Samples per epoch, from the shards' ledger: what the parameters hold.
+  job.status.clear_epochs();
+  if (job.dataset_size > 0) {
+    const int64_t per = ChunksPerEpoch(job);
+    int64_t last_epoch = -1;
+    if (!job.chunks.empty()) last_epoch = job.chunks.rbegin()->first / per;
+    if (!job.ledger.empty())
+      last_epoch = std::max(last_epoch, job.ledger.rbegin()->first / per);
+    for (int64_t e = 0; e <= last_epoch; ++e) {
+      v1::EpochSamples* out = job.status.add_epochs();
+      out->set_epoch(static_cast<int32_t>(e));
+      out->set_total(job.dataset_size);
+    }
+    for (const auto& [id, entry] : job.ledger) {
+      v1::EpochSamples* out = job.status.mutable_epochs(id / per);
+      out->set_trained(out->trained() + entry.samples());
+    }
+  }
   job.status.clear_stalls();
   if (running) {
     for (const auto& [shard, stalls] : job.stalls) {
@@ -382,6 +767,7 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
   }
   Worker& w = it->second;
   w.last_heartbeat = options_.now();
+  w.generation = request.generation();
   if (!request.job_id().empty() && request.job_id() == w.job_id) {
     w.progress = request.progress();
     jobs_.at(w.job_id).samples[w.id] = request.progress().samples_total();
@@ -394,6 +780,8 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
     return response;
   }
   if (job.status.state() == v1::PENDING) return response;  // still starting
+  // Joining: not in the generation the shards serve yet.
+  if (!Contains(ToVector(job.status.workers()), w.id)) return response;
   v1::WorkerAssignment* a = response.mutable_assignment();
   a->set_job_id(w.job_id);
   *a->mutable_spec() = job.status.spec();
@@ -416,6 +804,18 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
         "address must be host:port, got '", request.address(), "'"));
   }
   absl::MutexLock lock(&mu_);
+  // A shard registering at a member's address is that member restarted:
+  // the old one is lost now, not when its lease runs out.
+  for (auto it = shard_members_.begin(); it != shard_members_.end(); ++it) {
+    if (it->second.address == request.address()) {
+      const std::string old = it->first;
+      shard_members_.erase(it);
+      std::cerr << "fulcrum-coordinator: shard " << old << " at "
+                << request.address() << " restarted\n";
+      LoseShard(old);
+      break;
+    }
+  }
   Shard s;
   s.id = absl::StrCat("s-", next_member_++);
   s.address = request.address();
@@ -442,6 +842,19 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
   for (const v1::ShardJobStats& stats : request.jobs()) {
     auto job = jobs_.find(stats.job_id());
     if (job != jobs_.end()) {
+      const auto& shards = job->second.status.shards();
+      const int index = static_cast<int>(
+          std::find(shards.begin(), shards.end(), it->first) - shards.begin());
+      if (index < shards.size()) {
+        job->second.checkpoint_steps[index].assign(
+            stats.checkpoint_steps().begin(), stats.checkpoint_steps().end());
+        if (stats.has_ledger() &&
+            stats.generation() == job->second.status.generation()) {
+          job->second.ledger.clear();
+          for (const v1::LedgerEntry& e : stats.ledger())
+            job->second.ledger[e.chunk()] = e;
+        }
+      }
       job->second.staleness[it->first] = stats.staleness();
       job->second.checkpoints[it->first] = stats.checkpoint_step();
       job->second.stalls[it->first].assign(stats.stalls().begin(),
@@ -466,15 +879,14 @@ absl::Status Coordinator::Leave(const std::string& member_id) {
     auto w = workers_.find(member_id);
     if (w != workers_.end()) {
       auto job = jobs_.find(w->second.job_id);
-      if (job != jobs_.end() && job->second.status.state() == v1::RUNNING) {
-        AddEvent(job->second, "left", member_id);
-        Finish(job->second, v1::FAILED,
-               absl::StrCat("worker ", member_id, " left"), &ends);
-      }
+      if (job != jobs_.end() && job->second.status.state() == v1::RUNNING)
+        DropMember(job->second, member_id, "left");
       workers_.erase(w);
     } else if (shard_members_.erase(member_id) == 0) {
       return absl::NotFoundError(
           absl::StrCat("member_id '", member_id, "' not found"));
+    } else {
+      LoseShard(member_id);
     }
   }
   RunEnds(ends);
@@ -514,11 +926,21 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
       *job.status.mutable_progress() = request.progress();
       job.status.mutable_progress()->set_samples_per_sec(rate);
     }
+    if (request.done()) job.finishing = true;
     if (!request.error().empty()) {
-      Finish(
-          job, v1::FAILED,
-          absl::StrCat("worker ", request.worker_id(), ": ", request.error()),
-          &ends);
+      // One worker failing costs its share of the work, not the job; the
+      // job fails when no member is left.
+      std::cerr << "fulcrum-coordinator: worker " << request.worker_id()
+                << " failed " << request.job_id() << ": " << request.error()
+                << "\n";
+      if (job.status.state() == v1::RUNNING)
+        DropMember(job, request.worker_id(), "failed");
+      if (job.members.empty()) {
+        Finish(job, v1::FAILED,
+               absl::StrCat("worker ", request.worker_id(), ": ",
+                            request.error()),
+               &ends);
+      }
     } else if (request.done() && pos == members.begin()) {
       const v1::Progress& p = request.progress();
       const double target = job.status.spec().target_accuracy();

@@ -1,8 +1,20 @@
 // The coordinator's core: the job table and its state machine
 // (PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED), worker and shard
 // registration with heartbeat leases, assignment of workers and shards to
-// jobs, and job progress from worker reports. No gRPC types: shards are
-// driven through the ShardControl interface.
+// jobs, elastic membership (generations), recovery of lost shards from
+// checkpoints, data chunk leases, and job progress from worker reports. No
+// gRPC types: shards are driven through the ShardControl interface.
+//
+// Membership (architecture §5): a running job has the members it wants
+// (joins, leaves, losses change them at once) and the generation the shards
+// serve. A "round" moves the shards to the next generation: InitJob on any
+// replacement shard, Reconfigure phase 1 on every shard (adopt the
+// generation, restoring a checkpoint after a shard loss), then phase 2
+// (align every partition to the lowest version any shard reported). Workers
+// see the new generation in heartbeat assignments once a round commits.
+// Chunk leases end with their generation: each commit rebuilds the chunk
+// table from the shards' data ledger, so what the parameters include is the
+// only truth about which samples were trained.
 //
 // Thread safety: every public method is safe to call concurrently.
 // Background work (lease expiry, scheduling) runs in Tick(), called by the
@@ -13,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +49,8 @@ class ShardControl {
   // Best effort: the job's streams end on that shard.
   virtual void EndJob(const std::string& address,
                       const std::string& job_id) = 0;
+  virtual absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
+      const std::string& address, const v1::ReconfigureRequest& request) = 0;
 };
 
 class Coordinator {
@@ -80,10 +95,13 @@ class Coordinator {
   absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
       const v1::ReportProgressRequest& request);
   std::vector<v1::Member> ListMembers() const;
+  absl::StatusOr<v1::LeaseChunkResponse> LeaseChunk(
+      const v1::LeaseChunkRequest& request);
 
  private:
   struct Worker {
     std::string id, hostname, device, job_id;
+    int64_t generation = 0;  // of job_id, as last reported
     absl::Time last_heartbeat;
     v1::Progress progress;
   };
@@ -91,8 +109,31 @@ class Coordinator {
     std::string id, address;
     absl::Time last_heartbeat;
   };
+  struct Chunk {
+    int64_t begin = 0, end = 0;  // positions in the epoch's order
+    int64_t next = 0;            // where the next lease starts
+    std::string holder;          // worker holding the lease, if any
+    bool done = false;           // every sample pushed (or in the ledger)
+  };
   struct Job {
     v1::JobStatus status;
+    // Membership wanted for the next generation; status.workers is the
+    // generation the shards serve.
+    std::vector<std::string> members;
+    bool finishing = false;       // a worker reported done: no more rounds
+    bool round_in_flight = false;
+    std::set<int> missing_shards;  // shard indexes whose shard was lost
+    std::set<int> fresh_shards;    // replacements that need InitJob
+    bool restore = false;          // the next round restores a checkpoint
+    std::set<int64_t> bad_checkpoints;  // failed to restore
+    // Checkpoint steps on disk, by shard index (from heartbeats).
+    std::map<int, std::vector<int64_t>> checkpoint_steps;
+    // Coordinator restart: rounds wait until then for members to return.
+    absl::Time recover_after = absl::InfinitePast();
+    // Chunk sharding.
+    int64_t dataset_size = -1;
+    std::map<int64_t, Chunk> chunks;  // by id; epochs created as reached
+    std::map<int64_t, v1::LedgerEntry> ledger;  // latest from the shards
     bool starting = false;                          // InitJob calls in flight
     absl::Time ready_since = absl::InfinitePast();  // min workers idle since
     std::vector<std::string> shard_addresses;
@@ -110,6 +151,15 @@ class Coordinator {
   struct EndCall {
     std::string address, job_id;
   };
+  struct Round {  // a job's move to the next generation
+    std::string job_id;
+    int64_t generation = 0;
+    std::vector<std::string> workers;
+    std::vector<std::string> addresses;  // by shard index
+    std::vector<std::pair<std::string, v1::InitJobRequest>> inits;
+    bool restore = false;
+    int64_t restore_step = 0;
+  };
 
   void ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
                     std::vector<std::string>* lost)
@@ -119,8 +169,24 @@ class Coordinator {
   void Finish(Job& job, v1::JobState state, const std::string& message,
               std::vector<EndCall>* ends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunEnds(const std::vector<EndCall>& ends);
-  void AddEvent(Job& job, const std::string& kind, const std::string& member)
+  void PlanRounds(absl::Time now, std::vector<Round>* rounds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Grow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunRound(const Round& round);
+  // The worker left the job (left, lost or failed): out of the wanted
+  // membership, its chunk lease returns to the queue.
+  void DropMember(Job& job, const std::string& worker, const std::string& kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LoseShard(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Chunk geometry and table.
+  static int64_t ChunksPerEpoch(const Job& job);
+  static void EnsureEpoch(Job& job, int64_t epoch);
+  static void RebuildChunks(Job& job);
+  // The newest checkpoint every shard index has on disk and that has not
+  // failed to restore; 0 if none.
+  static int64_t RestorableCheckpoint(const Job& job);
+  void AddEvent(Job& job, const std::string& kind, const std::string& member,
+                int64_t step = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> IdleWorkers() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshProgress(Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

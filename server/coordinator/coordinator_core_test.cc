@@ -1,5 +1,8 @@
 #include "server/coordinator/coordinator_core.h"
 
+#include <map>
+#include <set>
+
 #include "common/config/job_spec.h"
 #include "gtest/gtest.h"
 
@@ -16,10 +19,36 @@ class FakeShards : public ShardControl {
   void EndJob(const std::string& address, const std::string& job_id) override {
     ends.push_back(address + "/" + job_id);
   }
+  absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
+      const std::string& address, const v1::ReconfigureRequest& r) override {
+    reconfigures.push_back({address, r});
+    if (r.restore() && bad_steps.count(r.restore_step()))
+      return absl::DataLossError("corrupt checkpoint");
+    v1::ReconfigureResponse response;
+    response.set_min_version(versions.count(address) ? versions[address] : 0);
+    if (r.align_version() >= 0 && address == ledger_address) {
+      response.set_has_ledger(true);
+      for (const v1::LedgerEntry& e : ledger) *response.add_ledger() = e;
+    }
+    return response;
+  }
   std::vector<std::pair<std::string, v1::InitJobRequest>> inits;
+  std::vector<std::pair<std::string, v1::ReconfigureRequest>> reconfigures;
   std::vector<std::string> ends;
   absl::Status next_status;
+  std::map<std::string, int64_t> versions;  // phase 1 min_version by address
+  std::set<int64_t> bad_steps;              // checkpoints that fail to load
+  std::string ledger_address = "127.0.0.1:1";
+  std::vector<v1::LedgerEntry> ledger;
 };
+
+v1::LedgerEntry Entry(int64_t chunk, int64_t end, int64_t samples) {
+  v1::LedgerEntry e;
+  e.set_chunk(chunk);
+  e.set_end(end);
+  e.set_samples(samples);
+  return e;
+}
 
 class CoordinatorTest : public ::testing::Test {
  protected:
@@ -138,29 +167,217 @@ TEST_F(CoordinatorTest, StartsWhenEnoughMembersThenSucceeds) {
   EXPECT_EQ(shards_.ends.size(), 2u);
 }
 
-TEST_F(CoordinatorTest, LostWorkerFailsItsJob) {
-  auto id = coordinator_.SubmitJob(Spec(1, 1, 1));
-  const std::string w = AddWorker();
-  const std::string s = AddShard("127.0.0.1:1");
+TEST_F(CoordinatorTest, LostWorkersLeaveTheJobWhichContinuesAndRegrows) {
+  auto id = coordinator_.SubmitJob(Spec(1, 2, 1));
+  const std::string w1 = AddWorker();
+  const std::string w2 = AddWorker();
+  const std::string s1 = AddShard("127.0.0.1:1");
   coordinator_.Tick();
   ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  ASSERT_EQ(coordinator_.GetJob(*id)->workers_size(), 2);
   now_ += absl::Seconds(3);
+  Beat(w1, *id);
   v1::ShardHeartbeatRequest sb;
-  sb.set_shard_id(s);
-  ASSERT_EQ(coordinator_.ShardHeartbeat(sb)->active_jobs_size(), 1);
-  now_ += absl::Seconds(3);  // worker silent for 6 s > 5 s lease
+  sb.set_shard_id(s1);
+  ASSERT_TRUE(coordinator_.ShardHeartbeat(sb).ok());
+  now_ += absl::Seconds(3);  // w2 silent for 6 s > 5 s lease
+  shards_.versions["127.0.0.1:1"] = 41;
   coordinator_.Tick();
   v1::JobStatus status = *coordinator_.GetJob(*id);
-  EXPECT_EQ(status.state(), v1::FAILED);
-  EXPECT_NE(status.message().find("worker " + w + " lost"), std::string::npos);
+  EXPECT_EQ(status.state(), v1::RUNNING);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(std::vector<std::string>(status.workers().begin(),
+                                     status.workers().end()),
+            std::vector<std::string>{w1});
+  // Two phases: adopt generation 2, then align at the reported version.
+  ASSERT_EQ(shards_.reconfigures.size(), 2u);
+  EXPECT_EQ(shards_.reconfigures[0].second.generation(), 2);
+  EXPECT_EQ(shards_.reconfigures[0].second.align_version(), -1);
+  EXPECT_FALSE(shards_.reconfigures[0].second.restore());
+  EXPECT_EQ(shards_.reconfigures[1].second.align_version(), 41);
   ASSERT_GE(status.events_size(), 1);
   EXPECT_EQ(status.events(status.events_size() - 1).kind(), "lost");
-  EXPECT_EQ(status.events(status.events_size() - 1).member_id(), w);
-  EXPECT_EQ(shards_.ends, std::vector<std::string>{"127.0.0.1:1/" + *id});
+  EXPECT_EQ(status.events(status.events_size() - 1).member_id(), w2);
+  EXPECT_TRUE(shards_.ends.empty()) << "the job did not end";
+  v1::WorkerAssignment a = Beat(w1, *id);
+  EXPECT_EQ(a.generation(), 2);
+  EXPECT_EQ(a.world_size(), 1);
   v1::WorkerHeartbeatRequest hb;
-  hb.set_worker_id(w);
+  hb.set_worker_id(w2);
   EXPECT_EQ(coordinator_.WorkerHeartbeat(hb).status().code(),
             absl::StatusCode::kNotFound);
+  // The last member leaves: the job waits for workers instead of failing.
+  ASSERT_TRUE(coordinator_.Leave(w1).ok());
+  coordinator_.Tick();
+  status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.state(), v1::RUNNING);
+  EXPECT_NE(status.message().find("waiting for workers"), std::string::npos);
+  // A new worker joins at the next generation; it gets its assignment only
+  // once the shards serve that generation.
+  const std::string w3 = AddWorker();
+  coordinator_.Tick();
+  status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.generation(), 3);
+  EXPECT_EQ(status.workers(0), w3);
+  EXPECT_EQ(status.events(status.events_size() - 1).kind(), "joined");
+  a = Beat(w3);
+  EXPECT_EQ(a.job_id(), *id);
+  EXPECT_EQ(a.rank(), 0);
+  EXPECT_EQ(a.generation(), 3);
+}
+
+TEST_F(CoordinatorTest, WorkersJoinARunningJobUpToMax) {
+  auto id = coordinator_.SubmitJob(Spec(1, 3, 2));
+  const std::string w1 = AddWorker();
+  AddShard("127.0.0.1:1");
+  AddShard("127.0.0.1:2");
+  coordinator_.Tick();
+  now_ += absl::Seconds(2);  // past the start grace
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->workers_size(), 1);
+  const std::string w2 = AddWorker(), w3 = AddWorker(), w4 = AddWorker();
+  coordinator_.Tick();
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(status.workers_size(), 3);  // max 3: w4 stays idle
+  EXPECT_EQ(shards_.reconfigures.size(), 4u);  // 2 shards x 2 phases
+  EXPECT_TRUE(Beat(w4).job_id().empty());
+  EXPECT_EQ(Beat(w3).world_size(), 3);
+}
+
+TEST_F(CoordinatorTest, LostShardIsReplacedFromTheNewestGoodCheckpoint) {
+  auto id = coordinator_.SubmitJob(Spec(1, 1, 2));
+  const std::string w = AddWorker();
+  const std::string s1 = AddShard("127.0.0.1:1");
+  const std::string s2 = AddShard("127.0.0.1:2");
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  auto beat = [&](const std::string& shard, std::vector<int64_t> steps) {
+    v1::ShardHeartbeatRequest r;
+    r.set_shard_id(shard);
+    v1::ShardJobStats* stats = r.add_jobs();
+    stats->set_job_id(*id);
+    for (int64_t step : steps) stats->add_checkpoint_steps(step);
+    ASSERT_TRUE(coordinator_.ShardHeartbeat(r).ok());
+  };
+  beat(s1, {100, 200, 300});
+  beat(s2, {100, 200});
+  EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 200);
+  // s2's process restarts at the same address: it is lost at once.
+  const std::string s3 = AddShard("127.0.0.1:2");
+  shards_.bad_steps = {200};  // step 200 turns out corrupt
+  coordinator_.Tick();
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.state(), v1::RUNNING);
+  EXPECT_EQ(status.generation(), 1) << "the first attempt failed";
+  ASSERT_EQ(shards_.inits.size(), 3u);
+  EXPECT_EQ(shards_.inits[2].first, "127.0.0.1:2");
+  EXPECT_EQ(shards_.inits[2].second.shard_index(), 1);
+  EXPECT_EQ(shards_.inits[2].second.generation(), 2);
+  ASSERT_FALSE(shards_.reconfigures.empty());
+  EXPECT_EQ(shards_.reconfigures[0].second.restore_step(), 200);
+  coordinator_.Tick();  // retries with the previous complete checkpoint
+  status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(status.shards(1), s3);
+  const v1::ReconfigureRequest& last = shards_.reconfigures.back().second;
+  EXPECT_EQ(last.align_version(), 0);
+  bool restored = false;
+  for (const auto& [address, r] : shards_.reconfigures) {
+    if (r.align_version() < 0 && r.restore_step() == 100) restored = true;
+  }
+  EXPECT_TRUE(restored);
+  bool saw_restored = false, saw_rejected = false;
+  for (const v1::MembershipEvent& e : status.events()) {
+    if (e.kind() == "restored") {
+      saw_restored = true;
+      EXPECT_EQ(e.step(), 100);
+    }
+    if (e.kind() == "checkpoint_rejected") {
+      saw_rejected = true;
+      EXPECT_EQ(e.step(), 200);
+    }
+  }
+  EXPECT_TRUE(saw_restored);
+  EXPECT_TRUE(saw_rejected);
+  EXPECT_EQ(Beat(w, *id).generation(), 2);
+  EXPECT_EQ(Beat(w, *id).shard_addresses(1), "127.0.0.1:2");
+}
+
+TEST_F(CoordinatorTest, ChunksAreLeasedOncePerEpochAndReturnWithGenerations) {
+  v1::JobSpec spec = Spec(2, 2, 1);
+  spec.set_epochs(2);
+  spec.mutable_dataset()->set_chunk_size(30);
+  auto id = coordinator_.SubmitJob(spec);
+  const std::string w1 = AddWorker(), w2 = AddWorker();
+  AddShard("127.0.0.1:1");
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  auto lease = [&](const std::string& w, std::vector<int64_t> done,
+                   int64_t generation = 1, int64_t size = 100) {
+    v1::LeaseChunkRequest r;
+    r.set_worker_id(w);
+    r.set_job_id(*id);
+    r.set_generation(generation);
+    r.set_dataset_size(size);
+    for (int64_t d : done) r.add_done(d);
+    return coordinator_.LeaseChunk(r);
+  };
+  // 100 samples in chunks of 30: [0,30) [30,60) [60,90) [90,100).
+  auto a = lease(w1, {});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->chunk().chunk(), 0);
+  EXPECT_EQ(a->chunk().begin(), 0);
+  EXPECT_EQ(a->chunk().end(), 30);
+  EXPECT_EQ(lease(w1, {})->chunk().chunk(), 0) << "a retry gets the same lease";
+  auto b = lease(w2, {});
+  EXPECT_EQ(b->chunk().chunk(), 1);
+  EXPECT_EQ(lease(w2, {}, 1, 99).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(lease(w2, {}, 7).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(lease(w1, {0})->chunk().chunk(), 2);
+  // w2 dies; the shards' ledger says 10 samples of chunk 1 were applied.
+  shards_.ledger = {Entry(0, 30, 30), Entry(1, 40, 10)};
+  ASSERT_TRUE(coordinator_.Leave(w2).ok());
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->generation(), 2);
+  EXPECT_EQ(lease(w1, {2}).status().code(), absl::StatusCode::kAborted)
+      << "leases end with their generation";
+  // Generation 2: chunk 1 resumes where the ledger ends; chunk 2 (leased by
+  // w1 in generation 1, not in the ledger) is leased again from its start.
+  auto c = lease(w1, {}, 2);
+  EXPECT_EQ(c->chunk().chunk(), 1);
+  EXPECT_EQ(c->chunk().begin(), 40);
+  EXPECT_EQ(c->chunk().end(), 60);
+  std::vector<int64_t> order;
+  std::vector<int64_t> done = {1};
+  for (;;) {
+    auto next = lease(w1, done, 2);
+    ASSERT_TRUE(next.ok());
+    if (!next->has_chunk()) {
+      EXPECT_TRUE(next->exhausted());
+      break;
+    }
+    order.push_back(next->chunk().chunk());
+    done = {next->chunk().chunk()};
+  }
+  EXPECT_EQ(order, (std::vector<int64_t>{2, 3, 4, 5, 6, 7}));
+  // Epoch counts come from the ledger the shard holding partition 0 reports.
+  v1::ShardHeartbeatRequest hb;
+  hb.set_shard_id(coordinator_.GetJob(*id)->shards(0));
+  v1::ShardJobStats* stats = hb.add_jobs();
+  stats->set_job_id(*id);
+  stats->set_generation(2);
+  stats->set_has_ledger(true);
+  for (auto [chunk, end, n] : std::vector<std::tuple<int, int, int>>{
+           {0, 30, 30}, {1, 60, 30}, {2, 90, 30}, {3, 100, 10}, {4, 30, 30}})
+    *stats->add_ledger() = Entry(chunk, end, n);
+  ASSERT_TRUE(coordinator_.ShardHeartbeat(hb).ok());
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  ASSERT_EQ(status.epochs_size(), 2);
+  EXPECT_EQ(status.epochs(0).trained(), 100);
+  EXPECT_EQ(status.epochs(0).total(), 100);
+  EXPECT_EQ(status.epochs(1).trained(), 30);
 }
 
 TEST_F(CoordinatorTest, MergesStalenessAndCheckpointsFromEveryShard) {
@@ -170,12 +387,12 @@ TEST_F(CoordinatorTest, MergesStalenessAndCheckpointsFromEveryShard) {
   const std::string s2 = AddShard("127.0.0.1:2");
   coordinator_.Tick();
   auto beat = [&](const std::string& shard, std::vector<int64_t> histogram,
-                  int64_t checkpoint = 0) {
+                  std::vector<int64_t> checkpoints) {
     v1::ShardHeartbeatRequest r;
     r.set_shard_id(shard);
     v1::ShardJobStats* stats = r.add_jobs();
     stats->set_job_id(*id);
-    stats->set_checkpoint_step(checkpoint);
+    for (int64_t step : checkpoints) stats->add_checkpoint_steps(step);
     int64_t reads = 0, sum = 0;
     for (size_t i = 0; i < histogram.size(); ++i) {
       stats->mutable_staleness()->add_histogram(histogram[i]);
@@ -187,13 +404,13 @@ TEST_F(CoordinatorTest, MergesStalenessAndCheckpointsFromEveryShard) {
     stats->mutable_staleness()->set_max(histogram.size() - 1);
     ASSERT_TRUE(coordinator_.ShardHeartbeat(r).ok());
   };
-  beat(s1, {4, 2}, 100);  // 6 reads, sum 2
+  beat(s1, {4, 2}, {100});  // 6 reads, sum 2
   EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 0)
       << "s2 has not written any";
-  beat(s2, {1, 0, 0, 1}, 200);  // 2 reads, sum 3
+  beat(s2, {1, 0, 0, 1}, {100, 200});  // 2 reads, sum 3
   EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 100)
       << "complete = on every shard";
-  beat(s1, {6, 2}, 200);  // a newer report replaces the older: 8 reads, sum 2
+  beat(s1, {6, 2}, {100, 200});  // a newer report replaces the older: 8 reads, sum 2
   EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 200);
   const v1::StalenessSummary st = coordinator_.GetJob(*id)->staleness();
   EXPECT_EQ(st.reads(), 10);

@@ -87,6 +87,12 @@ grpc::Status CoordinatorService::ListMembers(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::LeaseChunk(grpc::ServerContext*,
+                                            const v1::LeaseChunkRequest* r,
+                                            v1::LeaseChunkResponse* out) {
+  return Reply(core_->LeaseChunk(*r), out);
+}
+
 v1::ParameterServer::Stub* GrpcShardControl::Stub(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto& stub = stubs_[address];
@@ -111,6 +117,18 @@ void GrpcShardControl::EndJob(const std::string& address,
   request.set_job_id(job_id);
   v1::EndJobResponse response;
   Stub(address)->EndJob(&context, request, &response);  // best effort
+}
+
+absl::StatusOr<v1::ReconfigureResponse> GrpcShardControl::Reconfigure(
+    const std::string& address, const v1::ReconfigureRequest& request) {
+  grpc::ClientContext context;
+  // Restoring a checkpoint reads the shard's files: allow for large models.
+  SetTimeout(&context, std::chrono::seconds(60));
+  v1::ReconfigureResponse response;
+  absl::Status s =
+      FromGrpcStatus(Stub(address)->Reconfigure(&context, request, &response));
+  if (!s.ok()) return s;
+  return response;
 }
 
 }  // namespace fulcrum

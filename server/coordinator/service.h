@@ -44,6 +44,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                               v1::ReportProgressResponse*) override;
   grpc::Status ListMembers(grpc::ServerContext*, const v1::ListMembersRequest*,
                            v1::ListMembersResponse*) override;
+  grpc::Status LeaseChunk(grpc::ServerContext*, const v1::LeaseChunkRequest*,
+                          v1::LeaseChunkResponse*) override;
 
  private:
   Coordinator* const core_;  // Not owned.
@@ -55,6 +57,9 @@ class GrpcShardControl final : public ShardControl {
   absl::Status InitJob(const std::string& address,
                        const v1::InitJobRequest& request) override;
   void EndJob(const std::string& address, const std::string& job_id) override;
+  absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
+      const std::string& address,
+      const v1::ReconfigureRequest& request) override;
 
  private:
   v1::ParameterServer::Stub* Stub(const std::string& address);
