@@ -1,6 +1,8 @@
 #include "worker/ps_client.h"
 
 #include <cstring>
+#include <iostream>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/net/grpc_options.h"
@@ -8,13 +10,18 @@
 
 namespace fulcrum {
 
-struct PsClient::Stream {
-  int shard = 0;
-  std::unique_ptr<v1::ParameterServer::Stub> stub;
+// One attempt at the stream to a shard.
+struct PsClient::Connection {
   grpc::ClientContext context;
   std::unique_ptr<
       grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>>
       rw;
+};
+
+struct PsClient::Stream {
+  int shard = 0;
+  std::vector<int32_t> partitions;
+  std::unique_ptr<v1::ParameterServer::Stub> stub;
   std::thread sender, receiver;
   struct Item {
     int32_t id;
@@ -25,8 +32,15 @@ struct PsClient::Stream {
   };
   absl::Mutex mu;
   std::vector<Item> queue ABSL_GUARDED_BY(mu);  // capacity reserved up front
+  // Items of the current step already written: sent again on a new
+  // connection. Cleared when the step's parameters arrived.
+  std::vector<Item> sent ABSL_GUARDED_BY(mu);
+  // The connection being opened or in use (for Cancel), and the one the
+  // sender writes to (set once hello is written: one writer at a time).
+  std::shared_ptr<Connection> attempt ABSL_GUARDED_BY(mu);
+  std::shared_ptr<Connection> conn ABSL_GUARDED_BY(mu);
   bool closing ABSL_GUARDED_BY(mu) = false;
-  bool writes_done = false;  // sender thread only
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
 };
 
 PsClient::PsClient(Options options, const ParameterLayout* layout,
@@ -39,6 +53,26 @@ PsClient::PsClient(Options options, const ParameterLayout* layout,
 PsClient::~PsClient() {
   Cancel();
   Close().IgnoreError();
+}
+
+std::shared_ptr<PsClient::Connection> PsClient::Open(Stream* s) {
+  auto conn = std::make_shared<Connection>();
+  if (options_.configure_context) options_.configure_context(&conn->context);
+  {
+    absl::MutexLock lock(&s->mu);
+    if (s->cancelled) conn->context.TryCancel();
+    s->attempt = conn;  // reachable by Cancel() before the call starts
+  }
+  conn->rw = s->stub->Stream(&conn->context);
+  v1::StreamRequest hello;
+  hello.mutable_hello()->set_job_id(options_.job_id);
+  hello.mutable_hello()->set_worker_id(options_.worker_id);
+  hello.mutable_hello()->set_generation(options_.generation);
+  // A failed write means a failed stream: the receiver sees its status.
+  conn->rw->Write(hello);
+  absl::MutexLock lock(&s->mu);
+  s->conn = conn;
+  return conn;
 }
 
 absl::StatusOr<int64_t> PsClient::Connect() {
@@ -59,25 +93,19 @@ absl::StatusOr<int64_t> PsClient::Connect() {
     }
     auto s = std::make_unique<Stream>();
     s->shard = shard;
+    s->partitions = ids;
     s->stub = v1::ParameterServer::NewStub(
         MakeChannel(options_.shard_addresses[shard]));
-    s->context.set_wait_for_ready(true);
     {
       absl::MutexLock lock(&s->mu);
-      s->queue.reserve(ids.size() * 2);
+      s->queue.reserve(ids.size() * 4);
+      s->sent.reserve(ids.size() * 4);
     }
     for (int32_t id : ids)
       stream_of_partition_[id] = static_cast<int>(streams_.size());
     streams_.push_back(std::move(s));
   }
   for (auto& s : streams_) {
-    s->rw = s->stub->Stream(&s->context);
-    v1::StreamRequest hello;
-    hello.mutable_hello()->set_job_id(options_.job_id);
-    hello.mutable_hello()->set_worker_id(options_.worker_id);
-    hello.mutable_hello()->set_generation(options_.generation);
-    // A failed write means a failed stream: the receiver reports its status.
-    s->rw->Write(hello);
     Stream* raw = s.get();
     s->receiver = std::thread([this, raw] { ReceiveLoop(raw); });
     s->sender = std::thread([this, raw] { SendLoop(raw); });
@@ -115,19 +143,22 @@ void PsClient::Push(int32_t id, int64_t step, int64_t samples,
 
 void PsClient::SendLoop(Stream* s) {
   std::vector<Stream::Item> batch;
-  batch.reserve(layout_->partitions().size());
+  batch.reserve(layout_->partitions().size() * 4);
   v1::StreamRequest request;
   v1::Push* push = request.mutable_push();
+  std::shared_ptr<Connection> conn;
   for (;;) {
     {
       absl::MutexLock lock(&s->mu);
       s->mu.Await(absl::Condition(
           +[](Stream* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st->mu) {
-            return !st->queue.empty() || st->closing;
+            return (!st->queue.empty() && st->conn != nullptr) || st->closing;
           },
           s));
-      if (s->queue.empty()) break;  // closing
+      if (s->queue.empty() || s->conn == nullptr) break;  // closing
       batch.swap(s->queue);
+      conn = s->conn;
+      s->sent.insert(s->sent.end(), batch.begin(), batch.end());
     }
     for (const Stream::Item& item : batch) {
       const Partition& p = layout_->partitions()[item.id];
@@ -138,62 +169,112 @@ void PsClient::SendLoop(Stream* s) {
       push->set_encoding(v1::ENCODING_FP32);
       const int64_t size = item.samples == 0 ? 0 : p.size;
       int64_t offset = 0;
+      bool ok = true;
       do {
         const int64_t n = std::min(chunk_elems_, size - offset);
         push->set_offset(offset);
         push->mutable_data()->assign(
             reinterpret_cast<const char*>(item.grads + p.offset + offset),
             n * sizeof(float));
-        if (!s->rw->Write(request)) return;  // the receiver reports the status
+        // A failed write: the receiver reconnects and re-queues `sent`.
+        ok = conn->rw->Write(request);
         offset += n;
-      } while (offset < size);
+      } while (ok && offset < size);
+      if (!ok) break;
     }
     batch.clear();
   }
-  s->rw->WritesDone();
-  s->writes_done = true;
+  {
+    absl::MutexLock lock(&s->mu);
+    conn = s->conn;  // the newest connection, if one is open
+  }
+  if (conn != nullptr) conn->rw->WritesDone();
 }
 
 void PsClient::ReceiveLoop(Stream* s) {
   v1::StreamResponse response;
-  while (s->rw->Read(&response)) {
-    const v1::Params& p = response.params();
-    if (p.partition() < 0 ||
-        p.partition() >= static_cast<int32_t>(clock_.size()) ||
-        stream_of_partition_[p.partition()] < 0 ||
-        streams_[stream_of_partition_[p.partition()]].get() != s) {
-      Fail(absl::InternalError(absl::StrCat(
-          "shard ", s->shard, " sent unknown partition ", p.partition())));
-      s->context.TryCancel();
-      break;
+  std::mt19937_64 rng(std::hash<std::string>()(options_.worker_id) + s->shard);
+  absl::Time retry_until = absl::InfiniteFuture();
+  int attempt = 0;
+  for (;;) {
+    std::shared_ptr<Connection> conn = Open(s);
+    bool answered = false;
+    bool bad = false;
+    while (conn->rw->Read(&response)) {
+      const v1::Params& p = response.params();
+      if (p.partition() < 0 ||
+          p.partition() >= static_cast<int32_t>(clock_.size()) ||
+          stream_of_partition_[p.partition()] < 0 ||
+          streams_[stream_of_partition_[p.partition()]].get() != s) {
+        Fail(absl::InternalError(absl::StrCat(
+            "shard ", s->shard, " sent unknown partition ", p.partition())));
+        bad = true;
+        break;
+      }
+      const Partition& part = layout_->partitions()[p.partition()];
+      const int64_t n = p.data().size() / sizeof(float);
+      if (p.offset() < 0 || p.offset() + n > part.size ||
+          p.data().size() % sizeof(float) != 0) {
+        Fail(absl::InternalError(absl::StrCat(
+            "shard ", s->shard, " sent a bad chunk of partition ",
+            p.partition())));
+        bad = true;
+        break;
+      }
+      answered = true;
+      std::memcpy(params_ + part.offset + p.offset(), p.data().data(),
+                  p.data().size());
+      absl::MutexLock lock(&mu_);
+      received_[p.partition()] += n;
+      if (received_[p.partition()] >= part.size) {
+        received_[p.partition()] = 0;
+        clock_[p.partition()] = p.clock();
+        stop_[p.partition()] = p.stop();
+        changed_.SignalAll();
+      }
     }
-    const Partition& part = layout_->partitions()[p.partition()];
-    const int64_t n = p.data().size() / sizeof(float);
-    if (p.offset() < 0 || p.offset() + n > part.size ||
-        p.data().size() % sizeof(float) != 0) {
-      Fail(absl::InternalError(absl::StrCat("shard ", s->shard,
-                                            " sent a bad chunk of partition ",
-                                            p.partition())));
-      s->context.TryCancel();
-      break;
+    if (bad) {
+      conn->context.TryCancel();
+      conn->rw->Finish().IgnoreError();
+      return;
     }
-    std::memcpy(params_ + part.offset + p.offset(), p.data().data(),
-                p.data().size());
-    absl::MutexLock lock(&mu_);
-    received_[p.partition()] += n;
-    if (received_[p.partition()] >= part.size) {
-      received_[p.partition()] = 0;
-      clock_[p.partition()] = p.clock();
-      stop_[p.partition()] = p.stop();
-      changed_.SignalAll();
+    grpc::Status status = conn->rw->Finish();
+    bool closing;
+    {
+      absl::MutexLock lock(&s->mu);
+      closing = s->closing || s->cancelled;
     }
-  }
-  grpc::Status status = s->rw->Finish();
-  if (!status.ok()) {
-    Fail(absl::Status(FromGrpcStatus(status).code(),
-                      absl::StrCat("shard ", s->shard, " (",
-                                   options_.shard_addresses[s->shard],
-                                   "): ", status.error_message())));
+    if (status.ok() || closing) return;
+    const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::NOT_FOUND;
+    const absl::Time now = absl::Now();
+    if (answered) {  // the connection worked: a fresh retry budget
+      attempt = 0;
+      retry_until = absl::InfiniteFuture();
+    }
+    if (retry_until == absl::InfiniteFuture())
+      retry_until = now + options_.reconnect_timeout;
+    if (!retryable || now >= retry_until) {
+      Fail(absl::Status(FromGrpcStatus(status).code(),
+                        absl::StrCat("shard ", s->shard, " (",
+                                     options_.shard_addresses[s->shard],
+                                     "): ", status.error_message())));
+      return;
+    }
+    const auto wait = Backoff(attempt++, std::chrono::milliseconds(50),
+                              std::chrono::milliseconds(1000), rng());
+    absl::SleepFor(absl::FromChrono(wait));
+    {
+      absl::MutexLock lock(&mu_);
+      for (int32_t id : s->partitions) received_[id] = 0;
+      ++reconnects_;
+    }
+    // Send this step's pushes again on the next connection, first.
+    absl::MutexLock lock(&s->mu);
+    if (s->closing || s->cancelled) return;
+    s->conn = nullptr;  // the sender waits for the next connection
+    s->queue.insert(s->queue.begin(), s->sent.begin(), s->sent.end());
+    s->sent.clear();
   }
 }
 
@@ -205,20 +286,27 @@ void PsClient::Fail(const absl::Status& status) {
 
 absl::Status PsClient::WaitForClock(int64_t clock, absl::Time deadline,
                                     bool* stop) {
-  absl::MutexLock lock(&mu_);
-  for (;;) {
-    if (!error_.ok()) return error_;
-    if (cancelled_) return absl::CancelledError("cancelled");
-    bool all = true;
-    for (int64_t v : clock_) all = all && v >= clock;
-    if (all) break;
-    if (changed_.WaitWithDeadline(&mu_, deadline)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("timed out waiting for the parameters of step ", clock));
+  {
+    absl::MutexLock lock(&mu_);
+    for (;;) {
+      if (!error_.ok()) return error_;
+      if (cancelled_) return absl::CancelledError("cancelled");
+      bool all = true;
+      for (int64_t v : clock_) all = all && v >= clock;
+      if (all) break;
+      if (changed_.WaitWithDeadline(&mu_, deadline)) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "timed out waiting for the parameters of step ", clock));
+      }
     }
+    *stop = false;
+    for (uint8_t s : stop_) *stop = *stop || s;
   }
-  *stop = false;
-  for (uint8_t s : stop_) *stop = *stop || s;
+  // The step is applied everywhere: nothing of it needs sending again.
+  for (auto& s : streams_) {
+    absl::MutexLock lock(&s->mu);
+    s->sent.clear();
+  }
   return absl::OkStatus();
 }
 
@@ -228,7 +316,16 @@ void PsClient::Cancel() {
     cancelled_ = true;
     changed_.SignalAll();
   }
-  for (auto& s : streams_) s->context.TryCancel();
+  for (auto& s : streams_) {
+    absl::MutexLock lock(&s->mu);
+    s->cancelled = true;
+    if (s->attempt != nullptr) s->attempt->context.TryCancel();
+  }
+}
+
+int64_t PsClient::reconnects() const {
+  absl::MutexLock lock(&mu_);
+  return reconnects_;
 }
 
 absl::Status PsClient::Close() {

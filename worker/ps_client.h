@@ -4,6 +4,13 @@
 // the rest of backward); a receiver thread per stream writes arriving
 // parameters straight into the model's flat parameter buffer.
 //
+// A stream that breaks (UNAVAILABLE: a dropped connection, a restarting
+// shard) is re-opened with bounded exponential backoff and jitter within
+// `reconnect_timeout`: the shard answers the new hello with its current
+// values, and the pushes of the current step are sent again (the shard
+// acknowledges repeats without applying them twice). ABORTED (the
+// generation ended) and other errors end the client's waits.
+//
 // Thread safety: Push*/WaitForClock are called from the training thread
 // only; the internal threads are owned here (started in Connect, joined in
 // Close or the destructor).
@@ -11,6 +18,7 @@
 #define FULCRUM_WORKER_PS_CLIENT_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -33,6 +41,10 @@ class PsClient {
     std::vector<std::string> shard_addresses;  // by shard index
     int64_t chunk_bytes = 1 << 20;
     absl::Duration connect_timeout = absl::Seconds(30);
+    // How long a broken stream is retried before the client fails.
+    absl::Duration reconnect_timeout = absl::Seconds(30);
+    // Test hook: called with the stream's context before each (re)connect.
+    std::function<void(grpc::ClientContext*)> configure_context;
   };
 
   // `layout` and `params` (layout.total_size() floats, host memory) are not
@@ -61,10 +73,17 @@ class PsClient {
   // Makes waits return CANCELLED (e.g. the job was cancelled).
   void Cancel();
 
+  // Streams re-opened after a failure, over the client's life.
+  int64_t reconnects() const;
+
  private:
   struct Stream;
+  struct Connection;
   void SendLoop(Stream* s);
   void ReceiveLoop(Stream* s);
+  // Opens a stream to the shard and sends hello. The connection's context
+  // is registered before the call so that Cancel() can reach it.
+  std::shared_ptr<Connection> Open(Stream* s);
   void Fail(const absl::Status& status);
 
   const Options options_;
@@ -74,7 +93,7 @@ class PsClient {
   std::vector<std::unique_ptr<Stream>> streams_;  // shards holding partitions
   std::vector<int> stream_of_partition_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::CondVar changed_;
   std::vector<int64_t> clock_
       ABSL_GUARDED_BY(mu_);  // per partition: last read answered
@@ -83,6 +102,7 @@ class PsClient {
   std::vector<uint8_t> stop_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t reconnects_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fulcrum
