@@ -28,8 +28,11 @@ std::unique_ptr<ShardServer> StartShard() {
 }  // namespace
 
 TrainRun TrainInProcess(
-    const v1::JobSpec& spec, int workers,
+    const v1::JobSpec& job_spec, int workers,
     const std::function<void(int, Trainer::Options*)>& tune) {
+  // No coordinator in process: the deterministic static sharding.
+  v1::JobSpec spec = job_spec;
+  spec.mutable_dataset()->set_sharding("static");
   std::vector<std::unique_ptr<ShardServer>> servers;
   std::vector<std::string> addresses, ids;
   for (int w = 0; w < workers; ++w) ids.push_back("w" + std::to_string(w));

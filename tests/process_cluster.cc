@@ -1,34 +1,89 @@
 #include "tests/process_cluster.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
+
+#include <google/protobuf/util/json_util.h>
 
 namespace fulcrum::testing {
 
 ProcessCluster::ProcessCluster(const std::string& name, const Options& options)
-    : dir_(TestTempDir() + "/" + name) {
+    : dir_(TestTempDir() + "/" + name), options_(options) {
   mkdir(dir_.c_str(), 0755);
   const std::string port_file = dir_ + "/coordinator.port";
-  Add("coordinator", {Runfile("server/coordinator/fulcrum-coordinator"),
-                      "--listen=127.0.0.1:0", "--port_file=" + port_file,
-                      "--heartbeat_ms=200", "--start_grace_ms=3000"});
+  const int port = PickFreePort();
+  std::vector<std::string> argv = {
+      Runfile("server/coordinator/fulcrum-coordinator"),
+      "--listen=127.0.0.1:" + std::to_string(port), "--port_file=" + port_file,
+      "--heartbeat_ms=200", "--start_grace_ms=3000"};
+  argv.insert(argv.end(), options.coordinator_flags.begin(),
+              options.coordinator_flags.end());
+  Add("coordinator", argv);
   if (!WaitForFile(port_file, absl::Seconds(20))) return;
-  address_ =
-      "127.0.0.1:" + std::to_string(std::atoi(ReadFile(port_file).c_str()));
+  address_ = "127.0.0.1:" + std::to_string(port);
   for (int i = 1; i <= options.shards; ++i) {
-    Add("shard-" + std::to_string(i),
-        {Runfile("server/ps/fulcrum-server"), "--listen=127.0.0.1:0",
-         "--coordinator=" + address_});
+    std::vector<std::string> shard = {
+        Runfile("server/ps/fulcrum-server"),
+        "--listen=127.0.0.1:" + std::to_string(PickFreePort()),
+        "--coordinator=" + address_};
+    shard.insert(shard.end(), options.shard_flags.begin(),
+                 options.shard_flags.end());
+    Add("shard-" + std::to_string(i), shard);
   }
-  for (int i = 1; i <= options.workers; ++i) {
-    std::vector<std::string> argv = {
-        Runfile("worker/fulcrum-worker"), "--coordinator=" + address_,
-        "--max_jobs=" + std::to_string(options.worker_max_jobs)};
-    argv.insert(argv.end(), options.worker_flags.begin(),
-                options.worker_flags.end());
-    Add("worker-" + std::to_string(i), argv);
+  for (int i = 1; i <= options.workers; ++i) AddWorker();
+}
+
+std::string ProcessCluster::AddWorker(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {
+      Runfile("worker/fulcrum-worker"), "--coordinator=" + address_,
+      "--max_jobs=" + std::to_string(options_.worker_max_jobs)};
+  argv.insert(argv.end(), options_.worker_flags.begin(),
+              options_.worker_flags.end());
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  const std::string name = "worker-" + std::to_string(++workers_added_);
+  Add(name, argv);
+  return name;
+}
+
+Process* ProcessCluster::Find(const std::string& process) {
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i] == process) return procs_[i].get();
   }
+  return nullptr;
+}
+
+void ProcessCluster::Kill(const std::string& process) {
+  Process* p = Find(process);
+  if (p == nullptr) return;
+  kill(p->pid(), SIGKILL);
+  p->Wait(absl::Seconds(10));
+}
+
+void ProcessCluster::Restart(const std::string& process) {
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i] != process) continue;
+    Kill(process);
+    procs_[i] = std::make_unique<Process>(
+        argvs_[i], dir_ + "/" + process + "." + std::to_string(++starts_[i]) +
+                       ".log");
+    return;
+  }
+}
+
+absl::StatusOr<v1::JobStatus> ProcessCluster::Status(const std::string& job_id) {
+  RunResult r = Ctl({"status", job_id, "--json"});
+  if (r.exit_code != 0)
+    return absl::UnavailableError("fulcrumctl status failed: " + r.out);
+  v1::JobStatus status;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  auto s = google::protobuf::util::JsonStringToMessage(r.out, &status, options);
+  if (!s.ok())
+    return absl::InternalError("fulcrumctl printed no JobStatus: " + r.out);
+  return status;
 }
 
 void ProcessCluster::Add(const std::string& process,
@@ -36,6 +91,8 @@ void ProcessCluster::Add(const std::string& process,
   argv.push_back("--metrics_port_file=" + dir_ + "/" + process +
                  ".metrics_port");
   names_.push_back(process);
+  argvs_.push_back(argv);
+  starts_.push_back(1);
   procs_.push_back(
       std::make_unique<Process>(argv, dir_ + "/" + process + ".log"));
 }
@@ -62,6 +119,11 @@ std::string ProcessCluster::Logs() const {
   files.push_back("fulcrumctl");
   for (const std::string& f : files) {
     out += "---- " + f + ".log\n" + ReadFile(dir_ + "/" + f + ".log");
+    for (int n = 2; n < 10; ++n) {
+      const std::string again = dir_ + "/" + f + "." + std::to_string(n) + ".log";
+      if (access(again.c_str(), R_OK) != 0) break;
+      out += "---- " + f + "." + std::to_string(n) + ".log\n" + ReadFile(again);
+    }
   }
   return out;
 }

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "fulcrum/v1/coordinator.pb.h"
 #include "common/testing/process.h"
 
 namespace fulcrum::testing {
@@ -20,6 +22,8 @@ class ProcessCluster {
     int workers = 1;
     std::vector<std::string> worker_flags;  // added to every worker
     int worker_max_jobs = 1;                // workers exit after this many jobs (0: never)
+    std::vector<std::string> coordinator_flags;  // e.g. --lease_ms
+    std::vector<std::string> shard_flags;
   };
   struct MetricsEndpoint {
     std::string role;     // coordinator | server | worker
@@ -43,8 +47,24 @@ class ProcessCluster {
   // The /metrics endpoint of every process (waits for their port files).
   std::vector<MetricsEndpoint> MetricsEndpoints(absl::Duration timeout) const;
 
+  // Fault injection. Processes are named "coordinator", "shard-N" and
+  // "worker-N"; every one listens on a fixed port picked at start, so a
+  // restarted process comes back at the same address.
+  std::string AddWorker(const std::vector<std::string>& flags = {});
+  void Kill(const std::string& process);  // SIGKILL and reap
+  // Starts the process again with the same arguments (log: NAME.N.log).
+  void Restart(const std::string& process);
+  // `fulcrumctl status JOB --json`, parsed.
+  absl::StatusOr<v1::JobStatus> Status(const std::string& job_id);
+
  private:
   void Add(const std::string& process, std::vector<std::string> argv);
+  Process* Find(const std::string& process);
+
+  Options options_;
+  int workers_added_ = 0;
+  std::vector<std::vector<std::string>> argvs_;
+  std::vector<int> starts_;
 
   const std::string dir_;
   std::string address_;

@@ -29,6 +29,7 @@ struct PsClient::Stream {
     int64_t samples;
     const float* grads;
     bool stop;
+    Range range;
   };
   absl::Mutex mu;
   std::vector<Item> queue ABSL_GUARDED_BY(mu);  // capacity reserved up front
@@ -135,10 +136,10 @@ absl::StatusOr<int64_t> PsClient::Connect() {
 }
 
 void PsClient::Push(int32_t id, int64_t step, int64_t samples,
-                    const float* grads, bool stop) {
+                    const float* grads, bool stop, Range range) {
   Stream* s = streams_[stream_of_partition_[id]].get();
   absl::MutexLock lock(&s->mu);
-  s->queue.push_back({id, step, samples, grads, stop});
+  s->queue.push_back({id, step, samples, grads, stop, range});
 }
 
 void PsClient::SendLoop(Stream* s) {
@@ -167,6 +168,14 @@ void PsClient::SendLoop(Stream* s) {
       push->set_samples(item.samples);
       push->set_stop(item.stop);
       push->set_encoding(v1::ENCODING_FP32);
+      if (item.range.chunk >= 0 && item.samples > 0) {
+        v1::DataRange* r = push->mutable_range();
+        r->set_chunk(item.range.chunk);
+        r->set_begin(item.range.begin);
+        r->set_end(item.range.end);
+      } else {
+        push->clear_range();
+      }
       const int64_t size = item.samples == 0 ? 0 : p.size;
       int64_t offset = 0;
       bool ok = true;

@@ -32,6 +32,11 @@
 
 namespace fulcrum {
 
+// The samples behind a pushed gradient (chunk sharding; chunk < 0: none).
+struct PushRange {
+  int64_t chunk = -1, begin = 0, end = 0;
+};
+
 class PsClient {
  public:
   struct Options {
@@ -59,8 +64,10 @@ class PsClient {
   // Queues the push of partition `id`'s gradient (read from `grads`, which
   // must stay unchanged until the next WaitForClock returns) for `step`.
   // samples = 0 sends an empty push (this worker had no data this step).
+  // `range` (chunk < 0: none) names the samples behind the gradient.
+  using Range = PushRange;
   void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
-            bool stop);
+            bool stop, Range range = {});
 
   // Waits until every partition has arrived for reading at `clock` (the
   // parameters to compute step `clock` with; in sync mode exactly version

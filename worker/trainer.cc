@@ -74,9 +74,9 @@ absl::StatusOr<const LabeledImages*> Trainer::Load(const v1::DatasetSpec& d,
   return raw;
 }
 
-absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
+absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
                                          ProgressSink* sink) {
-  const v1::JobSpec& spec = a.spec;
+  const v1::JobSpec& spec = first.spec;
   const std::vector<int> sizes(spec.model().layers().begin(),
                                spec.model().layers().end());
   ASSIGN_OR_RETURN(
@@ -89,10 +89,13 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
         "model.layers[0] is ", sizes.front(), " but the images have ",
         train->images.rows * train->images.cols, " pixels"));
   }
-  const LabeledImages* test = nullptr;
-  if (a.rank == 0) {
-    ASSIGN_OR_RETURN(test, Load(spec.dataset(), false, sizes.back()));
+  const bool chunked = spec.dataset().sharding() == "chunks";
+  if (chunked && sink == nullptr) {
+    return absl::FailedPreconditionError(
+        "dataset.sharding 'chunks' needs a coordinator to lease chunks from; "
+        "use 'static'");
   }
+  const LabeledImages* test = nullptr;
   const BatchGatherer gather(train->images);
   const int batch = spec.batch_size();
   const int64_t pixels = sizes.front();
@@ -108,35 +111,18 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
   DeviceBuffer x_dev(backend_, x_host.data(),
                      static_cast<int64_t>(eval_batch) * pixels);
   Mlp mlp(backend_, layout, batch);
-  std::unique_ptr<Mlp> eval_mlp =
-      a.rank == 0 ? std::make_unique<Mlp>(backend_, layout, eval_batch)
-                  : nullptr;
+  std::unique_ptr<Mlp> eval_mlp;
   std::vector<int64_t> order;
   order.reserve(train->images.count);
 
-  PsClient::Options ps;
-  ps.job_id = a.job_id;
-  ps.worker_id = options_.worker_id;
-  ps.generation = a.generation;
-  ps.shard_addresses = a.shard_addresses;
-  ps.chunk_bytes = spec.chunk_bytes();
-  PsClient client(ps, &layout, params.data());
-  ASSIGN_OR_RETURN(int64_t version, client.Connect());
-  backend_->CopyToDevice(params.data(), params_dev.get(), total);
-
   const int64_t n = train->images.count;
-  const int64_t per_epoch = StepsPerEpoch(n, a.world_size, batch);
-  int64_t last_step = per_epoch * spec.epochs();
-  if (spec.max_steps() > 0) last_step = std::min(last_step, spec.max_steps());
-
   // Partitions in the order backward completes them (last layer first).
   const std::vector<Partition>& parts = layout.partitions();
   TrainResult result;
   v1::Progress& progress = result.progress;
-  progress.set_total_steps(last_step);
   std::mt19937_64 delay_rng(options_.delay_seed);
   WorkerMetrics::Job m{};
-  if (options_.metrics != nullptr) m = options_.metrics->ForJob(a.job_id);
+  if (options_.metrics != nullptr) m = options_.metrics->ForJob(first.job_id);
   int64_t epoch_loaded = -1;
   bool stop_next = false, stopped = false;
   double loss_avg = 0;
@@ -151,106 +137,225 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& a,
     return e;
   };
 
-  for (int64_t step = version; step < last_step && !stopped; ++step) {
-    const int64_t epoch = step / per_epoch;
-    if (epoch != epoch_loaded) {
-      EpochOrder(spec.seed(), epoch, n, &order);
-      epoch_loaded = epoch;
-    }
-    const auto step_start = std::chrono::steady_clock::now();
-    const Share share =
-        WorkerShare(n, step % per_epoch, a.rank, a.world_size, batch);
-    const bool stop = stop_next || (sink != nullptr && sink->Cancelled());
-    if (share.count > 0) {
-      gather.Gather(train->images, train->labels, order.data() + share.begin,
-                    share.count, x_host.data(), y.data());
-      backend_->CopyToDevice(x_host.data(), x_dev.get(), share.count * pixels);
-      int next = static_cast<int>(parts.size()) - 1;  // next partition to push
-      const double loss = mlp.ForwardBackward(
-          params_dev.get(), x_dev.get(), y.data(),
-          static_cast<int>(share.count), grads_dev.get(),
-          [&](int64_t ready_from) {
-            const int64_t first = next;
-            while (next >= 0 && parts[next].offset >= ready_from) --next;
-            if (next == first) return;
-            const Partition& lo = parts[next + 1];
-            const Partition& hi = parts[first];
-            backend_->CopyToHost(grads_dev.get() + lo.offset,
-                                 grads.data() + lo.offset,
-                                 hi.offset + hi.size - lo.offset);
-            for (int64_t id = first; id > next; --id) {
-              client.Push(static_cast<int32_t>(id), step, share.count,
-                          grads.data(), stop);
-            }
-          });
-      loss_avg = step == version ? loss : 0.95 * loss_avg + 0.05 * loss;
-    } else {
-      for (int id = static_cast<int>(parts.size()) - 1; id >= 0; --id) {
-        client.Push(id, step, 0, grads.data(), stop);
-      }
-    }
-    absl::Duration delay =
-        options_.step_delay +
-        options_.step_delay_jitter *
-            std::uniform_real_distribution<double>(0.0, 1.0)(delay_rng);
-    if (options_.slowdown > 1.0) {
-      delay += absl::FromChrono(std::chrono::steady_clock::now() - step_start) *
-               (options_.slowdown - 1.0);
-    }
-    if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
-    const auto computed = std::chrono::steady_clock::now();
-    bool stop_seen = false;
-    absl::Status s = client.WaitForClock(
-        step + 1, absl::Now() + options_.step_timeout, &stop_seen);
-    if (!s.ok()) return s;
-    const auto received = std::chrono::steady_clock::now();
-    const double compute_ms =
-        std::chrono::duration<double, std::milli>(computed - step_start)
-            .count();
-    const double wait_ms =
-        std::chrono::duration<double, std::milli>(received - computed).count();
-    const double keep = step == version ? 0.0 : 0.95;
-    progress.set_step_compute_ms(keep * progress.step_compute_ms() +
-                                 (1 - keep) * compute_ms);
-    progress.set_step_wait_ms(keep * progress.step_wait_ms() +
-                              (1 - keep) * wait_ms);
-    backend_->CopyToDevice(params.data(), params_dev.get(), total);
-    stopped = stop_seen;
+  // Chunk sharding: the lease this worker trains from (leases end with
+  // their generation), chunks finished since the last lease call.
+  struct Lease {
+    int64_t chunk = -1, epoch = 0, next = 0, end = 0;
+  } lease;
+  std::vector<int64_t> done_chunks;
+  bool exhausted = false;
+  absl::Time next_poll = absl::InfinitePast();
+  bool first_step = true;
 
-    if (m.steps != nullptr) {
-      m.steps->Increment();
-      m.samples->Increment(static_cast<double>(share.count));
-      if (share.count > 0)
-        m.push_bytes->Increment(4.0 * static_cast<double>(total));
-      m.compute_seconds->Observe(compute_ms / 1e3);
-      m.comm_wait_seconds->Observe(wait_ms / 1e3);
-      m.step_seconds->Observe((compute_ms + wait_ms) / 1e3);
-      m.loss->Set(loss_avg);
+  Assignment a = first;
+  // One generation: connect, train until the end, a stop or an error.
+  auto run_generation = [&]() -> absl::Status {
+    if (a.rank == 0 && test == nullptr) {
+      ASSIGN_OR_RETURN(test, Load(spec.dataset(), false, sizes.back()));
+      eval_mlp = std::make_unique<Mlp>(backend_, layout, eval_batch);
     }
-    window_samples += share.count;
-    progress.set_step(step + 1);
-    progress.set_epoch(static_cast<int32_t>(epoch));
-    progress.set_loss(loss_avg);
-    progress.set_samples_total(progress.samples_total() + share.count);
-    const auto now = std::chrono::steady_clock::now();
-    const double secs =
-        std::chrono::duration<double>(now - window_start).count();
-    if (secs >= 0.5) {
-      progress.set_samples_per_sec(window_samples / secs);
-      window_start = now;
-      window_samples = 0;
+    PsClient::Options ps;
+    ps.job_id = a.job_id;
+    ps.worker_id = options_.worker_id;
+    ps.generation = a.generation;
+    ps.shard_addresses = a.shard_addresses;
+    ps.chunk_bytes = spec.chunk_bytes();
+    ps.reconnect_timeout = options_.reconnect_timeout;
+    PsClient client(ps, &layout, params.data());
+    ASSIGN_OR_RETURN(int64_t version, client.Connect());
+    backend_->CopyToDevice(params.data(), params_dev.get(), total);
+
+    const int64_t per_epoch = StepsPerEpoch(n, a.world_size, batch);
+    int64_t last_step = per_epoch * spec.epochs();
+    if (spec.max_steps() > 0) last_step = std::min(last_step, spec.max_steps());
+    progress.set_total_steps(last_step);
+    // Chunk sharding runs until the data is exhausted (or max_steps).
+    const int64_t step_limit = chunked ? (spec.max_steps() > 0 ? spec.max_steps()
+                                                               : INT64_MAX)
+                                       : last_step;
+    for (int64_t step = version; step < step_limit && !stopped; ++step) {
+      const auto step_start = std::chrono::steady_clock::now();
+      Share share;
+      PsClient::Range range;
+      int64_t epoch = step / per_epoch;
+      if (chunked) {
+        if (lease.chunk < 0 && !exhausted && absl::Now() >= next_poll) {
+          v1::LeaseChunkRequest request;
+          request.set_worker_id(options_.worker_id);
+          request.set_job_id(a.job_id);
+          request.set_generation(a.generation);
+          request.set_dataset_size(n);
+          for (int64_t id : done_chunks) request.add_done(id);
+          absl::StatusOr<v1::LeaseChunkResponse> got =
+              sink->LeaseChunk(request);
+          if (got.ok()) {
+            done_chunks.clear();
+            exhausted = got->exhausted();
+            if (got->has_chunk()) {
+              lease = {got->chunk().chunk(), got->epoch(), got->chunk().begin(),
+                       got->chunk().end()};
+            } else {
+              // Others still train the last chunks (one may come back).
+              next_poll = absl::Now() + absl::Milliseconds(20);
+            }
+          } else if (got.status().code() == absl::StatusCode::kAborted) {
+            return got.status();  // the generation ended
+          } else if (got.status().code() != absl::StatusCode::kUnavailable &&
+                     got.status().code() !=
+                         absl::StatusCode::kDeadlineExceeded) {
+            return got.status();
+          }  // coordinator unreachable: an empty step, then ask again
+        }
+        if (lease.chunk >= 0) {
+          if (lease.epoch != epoch_loaded) {
+            EpochOrder(spec.seed(), lease.epoch, n, &order);
+            epoch_loaded = lease.epoch;
+          }
+          share.begin = lease.next;
+          share.count = std::min<int64_t>(batch, lease.end - lease.next);
+          range = {lease.chunk, lease.next, lease.next + share.count};
+          lease.next += share.count;
+          if (lease.next >= lease.end) {
+            done_chunks.push_back(lease.chunk);
+            lease = Lease{};
+          }
+        }
+        epoch = epoch_loaded < 0 ? 0 : epoch_loaded;
+      } else {
+        if (epoch != epoch_loaded) {
+          EpochOrder(spec.seed(), epoch, n, &order);
+          epoch_loaded = epoch;
+        }
+        share = WorkerShare(n, step % per_epoch, a.rank, a.world_size, batch);
+      }
+      const bool stop = stop_next || (chunked && exhausted) ||
+                        (sink != nullptr && sink->Cancelled());
+      if (share.count > 0) {
+        gather.Gather(train->images, train->labels, order.data() + share.begin,
+                      share.count, x_host.data(), y.data());
+        backend_->CopyToDevice(x_host.data(), x_dev.get(),
+                               share.count * pixels);
+        int next = static_cast<int>(parts.size()) - 1;  // next to push
+        const double loss = mlp.ForwardBackward(
+            params_dev.get(), x_dev.get(), y.data(),
+            static_cast<int>(share.count), grads_dev.get(),
+            [&](int64_t ready_from) {
+              const int64_t first_id = next;
+              while (next >= 0 && parts[next].offset >= ready_from) --next;
+              if (next == first_id) return;
+              const Partition& lo = parts[next + 1];
+              const Partition& hi = parts[first_id];
+              backend_->CopyToHost(grads_dev.get() + lo.offset,
+                                   grads.data() + lo.offset,
+                                   hi.offset + hi.size - lo.offset);
+              for (int64_t id = first_id; id > next; --id) {
+                client.Push(static_cast<int32_t>(id), step, share.count,
+                            grads.data(), stop, range);
+              }
+            });
+        loss_avg = first_step ? loss : 0.95 * loss_avg + 0.05 * loss;
+      } else {
+        for (int id = static_cast<int>(parts.size()) - 1; id >= 0; --id) {
+          client.Push(id, step, 0, grads.data(), stop);
+        }
+      }
+      absl::Duration delay =
+          options_.step_delay +
+          options_.step_delay_jitter *
+              std::uniform_real_distribution<double>(0.0, 1.0)(delay_rng);
+      if (options_.slowdown > 1.0) {
+        delay +=
+            absl::FromChrono(std::chrono::steady_clock::now() - step_start) *
+            (options_.slowdown - 1.0);
+      }
+      if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+      const auto computed = std::chrono::steady_clock::now();
+      bool stop_seen = false;
+      RETURN_IF_ERROR(client.WaitForClock(
+          step + 1, absl::Now() + options_.step_timeout, &stop_seen));
+      const auto received = std::chrono::steady_clock::now();
+      const double compute_ms =
+          std::chrono::duration<double, std::milli>(computed - step_start)
+              .count();
+      const double wait_ms =
+          std::chrono::duration<double, std::milli>(received - computed)
+              .count();
+      const double keep = first_step ? 0.0 : 0.95;
+      progress.set_step_compute_ms(keep * progress.step_compute_ms() +
+                                   (1 - keep) * compute_ms);
+      progress.set_step_wait_ms(keep * progress.step_wait_ms() +
+                                (1 - keep) * wait_ms);
+      first_step = false;
+      backend_->CopyToDevice(params.data(), params_dev.get(), total);
+      stopped = stop_seen;
+
+      if (m.steps != nullptr) {
+        m.steps->Increment();
+        m.samples->Increment(static_cast<double>(share.count));
+        if (share.count > 0)
+          m.push_bytes->Increment(4.0 * static_cast<double>(total));
+        m.compute_seconds->Observe(compute_ms / 1e3);
+        m.comm_wait_seconds->Observe(wait_ms / 1e3);
+        m.step_seconds->Observe((compute_ms + wait_ms) / 1e3);
+        m.loss->Set(loss_avg);
+      }
+      window_samples += share.count;
+      progress.set_step(step + 1);
+      progress.set_epoch(static_cast<int32_t>(epoch));
+      progress.set_loss(loss_avg);
+      progress.set_samples_total(progress.samples_total() + share.count);
+      const auto now = std::chrono::steady_clock::now();
+      const double secs =
+          std::chrono::duration<double>(now - window_start).count();
+      if (secs >= 0.5) {
+        progress.set_samples_per_sec(window_samples / secs);
+        window_start = now;
+        window_samples = 0;
+      }
+      if (a.rank == 0 && !stopped &&
+          (step + 1) % spec.eval_every_steps() == 0) {
+        const Evaluation e = evaluate(step + 1);
+        stop_next =
+            spec.target_accuracy() > 0 && e.accuracy >= spec.target_accuracy();
+      }
+      if (sink != nullptr) sink->Update(progress);
     }
-    if (a.rank == 0 && !stopped && (step + 1) % spec.eval_every_steps() == 0) {
-      const Evaluation e = evaluate(step + 1);
-      stop_next =
-          spec.target_accuracy() > 0 && e.accuracy >= spec.target_accuracy();
+    absl::Status closed = client.Close();
+    // Once the job stopped, a stream ending badly afterwards changes nothing.
+    if (!closed.ok() && !stopped) return closed;
+    return absl::OkStatus();
+  };
+
+  for (;;) {
+    absl::Status s = run_generation();
+    if (s.ok()) break;
+    const bool rejoin = s.code() == absl::StatusCode::kAborted ||
+                        s.code() == absl::StatusCode::kUnavailable;
+    if (!rejoin || sink == nullptr || sink->Cancelled()) return s;
+    std::optional<Assignment> next = sink->NextAssignment(
+        a.job_id, a.generation, absl::Now() + options_.rejoin_timeout);
+    if (!next.has_value()) {
+      if (sink->Cancelled()) return absl::CancelledError("job cancelled");
+      return absl::Status(s.code(),
+                          absl::StrCat(s.message(), " (and no newer generation of ",
+                                       a.job_id, " came)"));
     }
-    if (sink != nullptr) sink->Update(progress);
+    // A new generation: leases, half-done steps and pending stops belong
+    // to the old one; the shards say where to resume.
+    a = std::move(*next);
+    lease = Lease{};
+    done_chunks.clear();
+    exhausted = false;
+    stop_next = false;
+    next_poll = absl::InfinitePast();
   }
-  absl::Status closed = client.Close();
-  if (!closed.ok()) return closed;
-  if (a.rank == 0 && progress.evaluated_step() != progress.step())
+  if (a.rank == 0 && progress.evaluated_step() != progress.step()) {
+    if (test == nullptr) {
+      ASSIGN_OR_RETURN(test, Load(spec.dataset(), false, sizes.back()));
+      eval_mlp = std::make_unique<Mlp>(backend_, layout, eval_batch);
+    }
     evaluate(progress.step());
+  }
   result.stopped_early = stopped;
   result.params = std::move(params);
   if (sink != nullptr) sink->Update(progress);

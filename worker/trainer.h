@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,26 @@ struct Assignment {
   std::vector<std::string> shard_addresses;
 };
 
-// Receives progress from the training thread; tells it to stop.
+// Receives progress from the training thread; tells it to stop; and, for
+// elastic jobs, connects it to the coordinator.
 class ProgressSink {
  public:
   virtual ~ProgressSink() = default;
   virtual void Update(const v1::Progress& progress) = 0;
   virtual bool Cancelled() = 0;
+  // The job's assignment at a generation after `generation` (the old one
+  // ended: membership changed or the job recovers from a lost shard), or
+  // nullopt when the worker no longer has the job or `deadline` passes.
+  virtual std::optional<Assignment> NextAssignment(const std::string& job_id,
+                                                   int64_t generation,
+                                                   absl::Time deadline) {
+    return std::nullopt;
+  }
+  // Chunk sharding: reports finished chunks and leases the next one.
+  virtual absl::StatusOr<v1::LeaseChunkResponse> LeaseChunk(
+      const v1::LeaseChunkRequest& request) {
+    return absl::UnimplementedError("no coordinator to lease chunks from");
+  }
 };
 
 struct TrainResult {
@@ -61,6 +76,11 @@ class Trainer {
     absl::Duration step_delay_jitter = absl::ZeroDuration();
     uint64_t delay_seed = 1;
     WorkerMetrics* metrics = nullptr;  // Not owned; may be null.
+    // After the generation ended (ABORTED) or a shard stayed unreachable,
+    // how long to wait for the next generation's assignment.
+    absl::Duration rejoin_timeout = absl::Seconds(60);
+    // Broken streams are re-opened within this long (PsClient).
+    absl::Duration reconnect_timeout = absl::Seconds(30);
   };
 
   // `backend` is not owned and must outlive the trainer.

@@ -6,6 +6,7 @@
 
 #include "common/net/grpc_options.h"
 #include "common/net/retry.h"
+#include "common/status/grpc_status.h"
 
 namespace fulcrum {
 
@@ -28,6 +29,7 @@ void WorkerAgent::Shutdown() {
 bool WorkerAgent::Register() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
+  hostname_ = host;
   v1::RegisterWorkerRequest request;
   request.set_hostname(host);
   request.set_device(options_.device);
@@ -62,9 +64,13 @@ void WorkerAgent::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       request.set_worker_id(worker_id_);
       request.set_job_id(current_job_);
+      request.set_generation(current_generation_);
       *request.mutable_progress() = progress_;
       interval = interval_ms_;
+      poke_ = false;
     }
+    request.set_hostname(hostname_);
+    request.set_device(options_.device);
     grpc::ClientContext context;
     SetTimeout(&context,
                std::chrono::milliseconds(std::max<int64_t>(1000, interval)));
@@ -91,10 +97,63 @@ void WorkerAgent::HeartbeatLoop() {
         assignment_ = a;
         changed_.SignalAll();
       }
+      if (a.job_state() == v1::RUNNING && a.job_id() == current_job_ &&
+          a.generation() > current_generation_) {
+        next_generation_ = a;  // the job moved on: the trainer re-joins
+        changed_.SignalAll();
+      }
     }
-    if (shutdown_.WaitForNotificationWithTimeout(absl::Milliseconds(interval)))
-      return;
+    absl::MutexLock lock(&mu_);
+    const absl::Time until = absl::Now() + absl::Milliseconds(interval);
+    while (!poke_ && !shutdown_.HasBeenNotified()) {
+      if (changed_.WaitWithDeadline(&mu_, until)) break;
+    }
+    if (shutdown_.HasBeenNotified()) return;
   }
+}
+
+std::optional<Assignment> WorkerAgent::NextAssignment(
+    const std::string& job_id, int64_t generation, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  poke_ = true;  // ask the coordinator now, not at the next interval
+  changed_.SignalAll();
+  absl::Time poke_again = absl::Now() + absl::Milliseconds(100);
+  for (;;) {
+    if (next_generation_.has_value() && next_generation_->job_id() == job_id &&
+        next_generation_->generation() > generation) {
+      const v1::WorkerAssignment a = *next_generation_;
+      next_generation_.reset();
+      current_generation_ = a.generation();
+      std::cerr << "fulcrum-worker: " << job_id << " generation "
+                << a.generation() << ": rank " << a.rank() << " of "
+                << a.world_size() << "\n";
+      return Assignment{a.job_id(),
+                        a.spec(),
+                        a.rank(),
+                        a.world_size(),
+                        a.generation(),
+                        {a.shard_addresses().begin(),
+                         a.shard_addresses().end()}};
+    }
+    if (job_cancelled_ || shutdown_.HasBeenNotified()) return std::nullopt;
+    if (absl::Now() >= deadline) return std::nullopt;
+    changed_.WaitWithDeadline(&mu_, std::min(deadline, poke_again));
+    if (absl::Now() >= poke_again) {  // keep asking while we wait
+      poke_ = true;
+      changed_.SignalAll();
+      poke_again = absl::Now() + absl::Milliseconds(100);
+    }
+  }
+}
+
+absl::StatusOr<v1::LeaseChunkResponse> WorkerAgent::LeaseChunk(
+    const v1::LeaseChunkRequest& request) {
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(5));
+  v1::LeaseChunkResponse response;
+  grpc::Status s = stub_->LeaseChunk(&context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
 }
 
 bool WorkerAgent::Registered() {
@@ -166,6 +225,8 @@ int WorkerAgent::Run() {
       a = *assignment_;
       assignment_.reset();
       current_job_ = a.job_id();
+      current_generation_ = a.generation();
+      next_generation_.reset();
       job_cancelled_ = false;
       progress_.Clear();
     }

@@ -43,6 +43,11 @@ class WorkerAgent : public ProgressSink {
 
   void Update(const v1::Progress& progress) override;
   bool Cancelled() override;
+  std::optional<Assignment> NextAssignment(const std::string& job_id,
+                                           int64_t generation,
+                                           absl::Time deadline) override;
+  absl::StatusOr<v1::LeaseChunkResponse> LeaseChunk(
+      const v1::LeaseChunkRequest& request) override;
 
  private:
   bool Register();
@@ -58,6 +63,11 @@ class WorkerAgent : public ProgressSink {
   absl::Mutex mu_;
   absl::CondVar changed_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  std::string hostname_;
+  // The generation of current_job_ being trained, and a newer one seen.
+  int64_t current_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<v1::WorkerAssignment> next_generation_ ABSL_GUARDED_BY(mu_);
+  bool poke_ ABSL_GUARDED_BY(mu_) = false;  // heartbeat now
   int64_t interval_ms_ ABSL_GUARDED_BY(mu_) = 1000;
   std::optional<v1::WorkerAssignment> assignment_ ABSL_GUARDED_BY(mu_);
   std::string current_job_ ABSL_GUARDED_BY(mu_);   // job being trained

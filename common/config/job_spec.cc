@@ -371,7 +371,7 @@ void ApplyDefaults(JobSpec* spec) {
   if (spec->consistency().mode().empty())
     spec->mutable_consistency()->set_mode("sync");
   if (!spec->has_batch_size()) spec->set_batch_size(64);
-  if (!spec->dataset().has_chunk_size()) {
+  if (!spec->dataset().has_chunk_size() && spec->batch_size() > 0) {
     spec->mutable_dataset()->set_chunk_size(int64_t{kDefaultChunkBatches} *
                                             spec->batch_size());
   }
@@ -429,15 +429,17 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                absl::StrCat("must be one of [chunks, static], got '",
                             d.sharding(), "'"));
   }
-  if (d.chunk_size() < 1)
-    return Bad("dataset.chunk_size",
-               absl::StrCat("must be >= 1", got(d.chunk_size())));
+
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   RETURN_IF_ERROR(ValidateConsistency(spec.consistency()));
   RETURN_IF_ERROR(ValidateCheckpoint(spec));
   if (spec.batch_size() < 1 || spec.batch_size() > 65536) {
     return Bad("batch_size",
                absl::StrCat("must be in [1, 65536]", got(spec.batch_size())));
+  }
+  if (spec.dataset().chunk_size() < 1) {
+    return Bad("dataset.chunk_size",
+               absl::StrCat("must be >= 1", got(spec.dataset().chunk_size())));
   }
   if (spec.epochs() < 1)
     return Bad("epochs", absl::StrCat("must be >= 1", got(spec.epochs())));

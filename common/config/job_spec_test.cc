@@ -167,6 +167,10 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"dataset: {format: csv, dir: /d}",
        "dataset.format must be one of [idx], got 'csv'"},
       {"dataset: {format: idx, dir: ''}", "dataset.dir must not be empty"},
+      {"dataset: {dir: /d, sharding: rows}",
+       "dataset.sharding must be one of [chunks, static], got 'rows'"},
+      {"dataset: {dir: /d, chunk_size: 0}",
+       "dataset.chunk_size must be >= 1, got 0"},
       {"encoding: bf16", "encoding must be one of [fp32], got 'bf16'"},
       {"name: ''", "name must not be empty"},
   };
