@@ -80,10 +80,30 @@ std::string EventLines(const v1::JobStatus& s) {
   for (const v1::MembershipEvent& e : s.events()) {
     const absl::Time t =
         absl::FromUnixMicros(static_cast<int64_t>(e.time_unix() * 1e6));
-    absl::StrAppendFormat(
-        &out, "  %s %s %s (generation %d)\n",
-        absl::FormatTime("%H:%M:%S", t, absl::LocalTimeZone()), e.kind(),
-        e.member_id(), e.generation());
+    const std::string when =
+        absl::FormatTime("%H:%M:%S", t, absl::LocalTimeZone());
+    if (e.kind() == "restored") {
+      absl::StrAppendFormat(&out, "  %s restored checkpoint of step %d (generation %d)\n",
+                            when, e.step(), e.generation());
+    } else if (e.kind() == "checkpoint_rejected") {
+      absl::StrAppendFormat(&out, "  %s checkpoint of step %d rejected (generation %d)\n",
+                            when, e.step(), e.generation());
+    } else if (e.kind() == "joined" && e.step() > 0) {
+      absl::StrAppendFormat(&out, "  %s joined %s at step %d (generation %d)\n",
+                            when, e.member_id(), e.step(), e.generation());
+    } else {
+      absl::StrAppendFormat(&out, "  %s %s %s (generation %d)\n", when,
+                            e.kind(), e.member_id(), e.generation());
+    }
+  }
+  return out;
+}
+
+std::string DataLines(const v1::JobStatus& s) {
+  std::string out;
+  for (const v1::EpochSamples& e : s.epochs()) {
+    absl::StrAppendFormat(&out, "  epoch %d: %d of %d samples trained\n",
+                          e.epoch(), e.trained(), e.total());
   }
   return out;
 }

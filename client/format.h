@@ -18,6 +18,8 @@ std::string FinalLines(const v1::JobStatus& status);
 // The job's membership events, one per line ("  10:42:07 joined w-1 (generation
 // 1)").
 std::string EventLines(const v1::JobStatus& status);
+// Samples trained per epoch (chunk sharding), one line each.
+std::string DataLines(const v1::JobStatus& status);
 const char* StatusCodeName(grpc::StatusCode code);
 
 }  // namespace fulcrum

@@ -132,7 +132,11 @@ class Ctl {
       if (!watch || ended) {
         if (!json && watch && tty) std::cout << "\n";
         if (!json && ended) std::cout << FinalLines(status);
-        if (!json && !watch) std::cout << "membership:\n" << EventLines(status);
+        if (!json && !watch) {
+          std::cout << "membership:\n" << EventLines(status);
+          if (status.epochs_size() > 0)
+            std::cout << "data:\n" << DataLines(status);
+        }
         return status.state() == v1::SUCCEEDED || !watch ? 0 : 1;
       }
       absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_interval_s)));

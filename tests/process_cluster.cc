@@ -62,6 +62,11 @@ void ProcessCluster::Kill(const std::string& process) {
   p->Wait(absl::Seconds(10));
 }
 
+void ProcessCluster::Stop(const std::string& process) {
+  Process* p = Find(process);
+  if (p != nullptr) p->Stop(absl::Seconds(10));
+}
+
 void ProcessCluster::Restart(const std::string& process) {
   for (size_t i = 0; i < names_.size(); ++i) {
     if (names_[i] != process) continue;

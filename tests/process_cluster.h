@@ -52,6 +52,7 @@ class ProcessCluster {
   // restarted process comes back at the same address.
   std::string AddWorker(const std::vector<std::string>& flags = {});
   void Kill(const std::string& process);  // SIGKILL and reap
+  void Stop(const std::string& process);  // SIGTERM (a graceful leave), reap
   // Starts the process again with the same arguments (log: NAME.N.log).
   void Restart(const std::string& process);
   // `fulcrumctl status JOB --json`, parsed.

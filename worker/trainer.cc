@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iostream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -163,6 +164,9 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
     ps.reconnect_timeout = options_.reconnect_timeout;
     PsClient client(ps, &layout, params.data());
     ASSIGN_OR_RETURN(int64_t version, client.Connect());
+    std::cerr << "fulcrum-worker: " << a.job_id << " generation " << a.generation
+              << ": rank " << a.rank << " of " << a.world_size
+              << ", first step " << version << "\n";
     backend_->CopyToDevice(params.data(), params_dev.get(), total);
 
     const int64_t per_epoch = StepsPerEpoch(n, a.world_size, batch);
@@ -228,8 +232,14 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
         }
         share = WorkerShare(n, step % per_epoch, a.rank, a.world_size, batch);
       }
-      const bool stop = stop_next || (chunked && exhausted) ||
-                        (sink != nullptr && sink->Cancelled());
+      // This worker leaves (shutdown, or the job was cancelled): it stops
+      // alone; the coordinator takes it out of the next generation.
+      if (sink != nullptr && sink->Cancelled()) {
+        client.Cancel();
+        client.Close().IgnoreError();
+        return absl::CancelledError("worker leaving the job");
+      }
+      const bool stop = stop_next || (chunked && exhausted);
       if (share.count > 0) {
         gather.Gather(train->images, train->labels, order.data() + share.begin,
                       share.count, x_host.data(), y.data());

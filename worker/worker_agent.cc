@@ -246,7 +246,8 @@ int WorkerAgent::Run() {
       Report(result->progress, "");
     } else {
       std::cerr << "fulcrum-worker: " << a.job_id()
-                << " failed: " << result.status() << "\n";
+                << (Cancelled() ? " left: " : " failed: ") << result.status()
+                << "\n";
       v1::Progress last;
       {
         absl::MutexLock lock(&mu_);

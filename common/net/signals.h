@@ -1,13 +1,16 @@
-// Blocks until SIGINT or SIGTERM, for the mains of long-running processes.
+// Graceful shutdown on SIGINT or SIGTERM, for the mains of long-running
+// processes.
 #ifndef FULCRUM_COMMON_NET_SIGNALS_H_
 #define FULCRUM_COMMON_NET_SIGNALS_H_
 
 namespace fulcrum {
 
-// Blocks SIGINT/SIGTERM in the calling thread (call first thing in main,
-// before any thread starts, so every thread inherits the mask) ...
+// Installs handlers for SIGINT/SIGTERM (call first thing in main). A
+// handler, not a blocked mask: threads that libraries start before main
+// (OpenBLAS's pool) do not inherit a mask, and a signal delivered to one of
+// them would otherwise kill the process without a graceful exit.
 void BlockTerminationSignals();
-// ... then waits for one of them. Returns the signal number.
+// Waits for one of them. Returns the signal number.
 int WaitForTerminationSignal();
 
 }  // namespace fulcrum

@@ -199,27 +199,6 @@ void Coordinator::Grow() {
   }
 }
 
-int64_t Coordinator::RestorableCheckpoint(const Job& job) {
-  std::set<int64_t> common;
-  for (int i = 0; i < job.status.spec().shards(); ++i) {
-    auto it = job.checkpoint_steps.find(i);
-    if (it == job.checkpoint_steps.end()) return 0;
-    std::set<int64_t> here(it->second.begin(), it->second.end());
-    if (i == 0) {
-      common = std::move(here);
-    } else {
-      std::set<int64_t> both;
-      for (int64_t s : common)
-        if (here.count(s)) both.insert(s);
-      common = std::move(both);
-    }
-  }
-  for (auto it = common.rbegin(); it != common.rend(); ++it) {
-    if (!job.bad_checkpoints.count(*it)) return *it;
-  }
-  return 0;
-}
-
 void Coordinator::PlanRounds(absl::Time now, std::vector<Round>* rounds) {
   for (const std::string& job_id : job_order_) {
     Job& job = jobs_[job_id];
@@ -272,7 +251,7 @@ void Coordinator::PlanRounds(absl::Time now, std::vector<Round>* rounds) {
     round.workers = job.members;
     round.addresses = job.shard_addresses;
     round.restore = job.restore;
-    round.restore_step = job.restore ? RestorableCheckpoint(job) : 0;
+    round.bad_checkpoints = job.bad_checkpoints;
     for (int index : job.fresh_shards) {
       v1::InitJobRequest request;
       request.set_job_id(job_id);
@@ -289,6 +268,7 @@ void Coordinator::PlanRounds(absl::Time now, std::vector<Round>* rounds) {
 }
 
 void Coordinator::RunRound(const Round& round) {
+  int64_t restore_step = 0;
   auto abandon = [&](const absl::Status& status, bool bad_checkpoint) {
     std::cerr << "fulcrum-coordinator: job " << round.job_id
               << " generation " << round.generation
@@ -298,8 +278,8 @@ void Coordinator::RunRound(const Round& round) {
     if (it == jobs_.end()) return;
     it->second.round_in_flight = false;
     if (bad_checkpoint) {
-      it->second.bad_checkpoints.insert(round.restore_step);
-      AddEvent(it->second, "checkpoint_rejected", "", round.restore_step);
+      it->second.bad_checkpoints.insert(restore_step);
+      AddEvent(it->second, "checkpoint_rejected", "", restore_step);
     }
     it->second.status.set_message(absl::StrCat(
         "reconfiguring to generation ", round.generation, ": ",
@@ -319,14 +299,45 @@ void Coordinator::RunRound(const Round& round) {
   request.set_generation(round.generation);
   for (const std::string& w : round.workers) request.add_workers(w);
   request.set_align_version(-1);
-  request.set_restore(round.restore);
-  request.set_restore_step(round.restore_step);
+  if (round.restore) {
+    // Which checkpoints every shard has on disk now (heartbeats lag): the
+    // newest of them that has not failed to load is the one to restore.
+    std::set<int64_t> common;
+    for (size_t i = 0; i < round.addresses.size(); ++i) {
+      absl::StatusOr<v1::ReconfigureResponse> r =
+          shards_->Reconfigure(round.addresses[i], request);
+      if (!r.ok()) {
+        return abandon(absl::Status(r.status().code(),
+                                    absl::StrCat("shard ", round.addresses[i],
+                                                 ": ", r.status().message())),
+                       false);
+      }
+      std::set<int64_t> here(r->checkpoint_steps().begin(),
+                             r->checkpoint_steps().end());
+      if (i == 0) {
+        common = std::move(here);
+      } else {
+        std::set<int64_t> both;
+        for (int64_t step : common)
+          if (here.count(step)) both.insert(step);
+        common = std::move(both);
+      }
+    }
+    for (auto it = common.rbegin(); it != common.rend(); ++it) {
+      if (!round.bad_checkpoints.count(*it)) {
+        restore_step = *it;
+        break;
+      }
+    }
+    request.set_restore(true);
+    request.set_restore_step(restore_step);
+  }
   int64_t align = INT64_MAX;
   for (const std::string& address : round.addresses) {
     absl::StatusOr<v1::ReconfigureResponse> r =
         shards_->Reconfigure(address, request);
     if (!r.ok()) {
-      const bool bad = round.restore && round.restore_step > 0 &&
+      const bool bad = round.restore && restore_step > 0 &&
                        (r.status().code() == absl::StatusCode::kDataLoss ||
                         r.status().code() == absl::StatusCode::kNotFound);
       return abandon(
@@ -366,10 +377,10 @@ void Coordinator::RunRound(const Round& round) {
   job.fresh_shards.clear();
   if (round.restore) {
     job.restore = false;
-    AddEvent(job, "restored", "", round.restore_step);
+    AddEvent(job, "restored", "", restore_step);
   }
   for (const std::string& w : round.workers) {
-    if (!Contains(before, w)) AddEvent(job, "joined", w);
+    if (!Contains(before, w)) AddEvent(job, "joined", w, align);
   }
   job.ledger = std::move(ledger);
   RebuildChunks(job);
@@ -378,8 +389,7 @@ void Coordinator::RunRound(const Round& round) {
             << round.generation << " with "
             << absl::StrJoin(round.workers, ", ") << " from version " << align
             << (round.restore
-                    ? absl::StrCat(" (restored checkpoint ", round.restore_step,
-                                   ")")
+                    ? absl::StrCat(" (restored checkpoint ", restore_step, ")")
                     : "")
             << "\n";
 }

@@ -158,7 +158,7 @@ class Coordinator {
     std::vector<std::string> addresses;  // by shard index
     std::vector<std::pair<std::string, v1::InitJobRequest>> inits;
     bool restore = false;
-    int64_t restore_step = 0;
+    std::set<int64_t> bad_checkpoints;  // not to be restored
   };
 
   void ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
@@ -182,9 +182,7 @@ class Coordinator {
   static int64_t ChunksPerEpoch(const Job& job);
   static void EnsureEpoch(Job& job, int64_t epoch);
   static void RebuildChunks(Job& job);
-  // The newest checkpoint every shard index has on disk and that has not
-  // failed to restore; 0 if none.
-  static int64_t RestorableCheckpoint(const Job& job);
+
   void AddEvent(Job& job, const std::string& kind, const std::string& member,
                 int64_t step = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> IdleWorkers() const

@@ -26,6 +26,7 @@ class FakeShards : public ShardControl {
       return absl::DataLossError("corrupt checkpoint");
     v1::ReconfigureResponse response;
     response.set_min_version(versions.count(address) ? versions[address] : 0);
+    for (int64_t step : disk[address]) response.add_checkpoint_steps(step);
     if (r.align_version() >= 0 && address == ledger_address) {
       response.set_has_ledger(true);
       for (const v1::LedgerEntry& e : ledger) *response.add_ledger() = e;
@@ -38,6 +39,7 @@ class FakeShards : public ShardControl {
   absl::Status next_status;
   std::map<std::string, int64_t> versions;  // phase 1 min_version by address
   std::set<int64_t> bad_steps;              // checkpoints that fail to load
+  std::map<std::string, std::vector<int64_t>> disk;  // checkpoint files
   std::string ledger_address = "127.0.0.1:1";
   std::vector<v1::LedgerEntry> ledger;
 };
@@ -263,9 +265,12 @@ TEST_F(CoordinatorTest, LostShardIsReplacedFromTheNewestGoodCheckpoint) {
   beat(s1, {100, 200, 300});
   beat(s2, {100, 200});
   EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 200);
+  // By the time of the restore, step 300 is on both shards' disks.
+  shards_.disk["127.0.0.1:1"] = {100, 200, 300};
+  shards_.disk["127.0.0.1:2"] = {100, 200, 300};
   // s2's process restarts at the same address: it is lost at once.
   const std::string s3 = AddShard("127.0.0.1:2");
-  shards_.bad_steps = {200};  // step 200 turns out corrupt
+  shards_.bad_steps = {300};  // step 300 turns out corrupt
   coordinator_.Tick();
   v1::JobStatus status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.state(), v1::RUNNING);
@@ -274,8 +279,11 @@ TEST_F(CoordinatorTest, LostShardIsReplacedFromTheNewestGoodCheckpoint) {
   EXPECT_EQ(shards_.inits[2].first, "127.0.0.1:2");
   EXPECT_EQ(shards_.inits[2].second.shard_index(), 1);
   EXPECT_EQ(shards_.inits[2].second.generation(), 2);
-  ASSERT_FALSE(shards_.reconfigures.empty());
-  EXPECT_EQ(shards_.reconfigures[0].second.restore_step(), 200);
+  // Probe (what is on disk), then restore the newest common step.
+  ASSERT_GE(shards_.reconfigures.size(), 3u);
+  EXPECT_FALSE(shards_.reconfigures[0].second.restore());
+  EXPECT_TRUE(shards_.reconfigures[2].second.restore());
+  EXPECT_EQ(shards_.reconfigures[2].second.restore_step(), 300);
   coordinator_.Tick();  // retries with the previous complete checkpoint
   status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.generation(), 2);
@@ -284,18 +292,19 @@ TEST_F(CoordinatorTest, LostShardIsReplacedFromTheNewestGoodCheckpoint) {
   EXPECT_EQ(last.align_version(), 0);
   bool restored = false;
   for (const auto& [address, r] : shards_.reconfigures) {
-    if (r.align_version() < 0 && r.restore_step() == 100) restored = true;
+    if (r.align_version() < 0 && r.restore() && r.restore_step() == 200)
+      restored = true;
   }
   EXPECT_TRUE(restored);
   bool saw_restored = false, saw_rejected = false;
   for (const v1::MembershipEvent& e : status.events()) {
     if (e.kind() == "restored") {
       saw_restored = true;
-      EXPECT_EQ(e.step(), 100);
+      EXPECT_EQ(e.step(), 200);
     }
     if (e.kind() == "checkpoint_rejected") {
       saw_rejected = true;
-      EXPECT_EQ(e.step(), 200);
+      EXPECT_EQ(e.step(), 300);
     }
   }
   EXPECT_TRUE(saw_restored);

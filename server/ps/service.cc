@@ -265,6 +265,8 @@ grpc::Status ParameterServerService::Reconfigure(
   response->set_min_version(done->min_version);
   response->set_max_version(done->max_version);
   response->set_has_ledger(done->has_ledger);
+  for (int64_t step : (*found)->CheckpointSteps())
+    response->add_checkpoint_steps(step);
   for (const auto& [chunk, e] : done->ledger) {
     v1::LedgerEntry* r = response->add_ledger();
     r->set_chunk(chunk);

@@ -1,0 +1,301 @@
+// Fault injection with real processes on 127.0.0.1 (architecture §5-§6):
+// SIGKILL a worker, add and remove workers mid-job, SIGKILL a shard and
+// restart it (from an intact or a corrupted checkpoint). Each test checks
+// the outcome: the job finishes, reaches its accuracy, and the shards'
+// ledger shows every sample of every epoch trained exactly once.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/testing/process.h"
+#include "gtest/gtest.h"
+#include "tests/process_cluster.h"
+
+namespace fulcrum {
+namespace {
+
+using testing::ProcessCluster;
+
+constexpr char kDataset[] =
+    "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+constexpr int kSamples = 6000;
+
+std::string Job(const std::string& name, const std::string& extra) {
+  const std::string path = testing::TestTempDir() + "/" + name + ".yaml";
+  std::ofstream(path) << "name: " << name << R"(
+model: {type: mlp, layers: [784, 64, 10]}
+dataset: {dir: /usr/share/datasets/fashion-mnist, train_limit: 6000, test_limit: 1000}
+optimizer: {type: momentum, lr: 0.02, momentum: 0.9}
+batch_size: 32
+seed: 5
+eval_every_steps: 50
+)" << extra;
+  return path;
+}
+
+class FaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(access(kDataset, R_OK), 0)
+        << kDataset << " is missing: run tools/setup.sh";
+  }
+
+  std::string Submit(ProcessCluster& c, const std::string& job) {
+    testing::RunResult r = c.Ctl({"submit", job});
+    EXPECT_EQ(r.exit_code, 0) << r.out << c.Logs();
+    return r.out.substr(0, r.out.find('\n'));
+  }
+
+  // Polls the job's status until `done` holds or `timeout` passes.
+  v1::JobStatus WaitFor(ProcessCluster& c, const std::string& job,
+                        const std::function<bool(const v1::JobStatus&)>& done,
+                        absl::Duration timeout, const std::string& what) {
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::JobStatus last;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<v1::JobStatus> s = c.Status(job);
+      if (s.ok()) {
+        last = *s;
+        if (done(last)) return last;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "timed out waiting for " << what << "; last status:\n"
+                  << last.DebugString() << c.Logs();
+    return last;
+  }
+
+  static bool Ended(const v1::JobStatus& s) {
+    return s.state() == v1::SUCCEEDED || s.state() == v1::FAILED ||
+           s.state() == v1::CANCELLED;
+  }
+
+  // The job succeeded with accuracy, and every epoch trained each sample
+  // exactly once (the ledger reaches the coordinator with a heartbeat).
+  void ExpectFinishedExactlyOnce(ProcessCluster& c, const std::string& job,
+                                 int epochs) {
+    v1::JobStatus s = WaitFor(
+        c, job, [](const v1::JobStatus& s) { return Ended(s); },
+        absl::Minutes(4), "the job to end");
+    ASSERT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
+    EXPECT_GE(s.progress().test_accuracy(), 0.75) << s.message();
+    s = WaitFor(
+        c, job,
+        [epochs](const v1::JobStatus& s) {
+          if (s.epochs_size() != epochs) return false;
+          for (const v1::EpochSamples& e : s.epochs())
+            if (e.trained() != kSamples) return false;
+          return true;
+        },
+        absl::Seconds(10), "every epoch's ledger to be complete");
+    ASSERT_EQ(s.epochs_size(), epochs);
+    for (const v1::EpochSamples& e : s.epochs()) {
+      EXPECT_EQ(e.total(), kSamples);
+      EXPECT_EQ(e.trained(), kSamples)
+          << "epoch " << e.epoch() << " trained samples not exactly once";
+    }
+  }
+
+  static int Count(const v1::JobStatus& s, const std::string& kind) {
+    int n = 0;
+    for (const v1::MembershipEvent& e : s.events()) n += e.kind() == kind;
+    return n;
+  }
+};
+
+TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
+  ProcessCluster c("kill_worker", {.shards = 2,
+                                   .workers = 3,
+                                   .coordinator_flags = {"--lease_ms=2000"}});
+  ASSERT_FALSE(c.address().empty()) << c.Logs();
+  const std::string job =
+      Submit(c, Job("kill-worker", "epochs: 3\nworkers: {min: 3, max: 3}\n"
+                                   "shards: 2\n"));
+  // Mid epoch 0 (6000 / 96 = 63 steps per epoch).
+  WaitFor(
+      c, job,
+      [](const v1::JobStatus& s) {
+        return s.state() == v1::RUNNING && s.progress().step() >= 25;
+      },
+      absl::Seconds(60), "step 25");
+  c.Kill("worker-2");
+  const absl::Time killed = absl::Now();
+  v1::JobStatus s = WaitFor(
+      c, job, [](const v1::JobStatus& s) { return s.generation() >= 2; },
+      absl::Seconds(20), "generation 2");
+  const absl::Duration to_generation = absl::Now() - killed;
+  // The lease (2 s), the coordinator's tick and a status poll.
+  EXPECT_LE(to_generation, absl::Milliseconds(2000 + 1500))
+      << "survivors waited " << to_generation;
+  EXPECT_EQ(s.workers_size(), 2);
+  EXPECT_EQ(Count(s, "lost"), 1);
+  // And they train on: 5 more steps within a further second or so.
+  const int64_t at = s.progress().step();
+  WaitFor(
+      c, job,
+      [at](const v1::JobStatus& s) {
+        return s.progress().step() >= at + 5 || Ended(s);
+      },
+      absl::Seconds(5), "training to continue");
+  ExpectFinishedExactlyOnce(c, job, 3);
+}
+
+// The first step a worker trained at each generation, from its log.
+std::vector<std::pair<int64_t, int64_t>> FirstSteps(const std::string& log) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const std::regex line(R"(generation (\d+): rank \d+ of \d+, first step (\d+))");
+  const std::string text = testing::ReadFile(log);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    out.emplace_back(std::stoll((*it)[1]), std::stoll((*it)[2]));
+  }
+  return out;
+}
+
+TEST_F(FaultTest, ScalesTwoToFourToOneWithoutRestartingAnyone) {
+  ProcessCluster c("scale", {.shards = 1,
+                             .workers = 2,
+                             .coordinator_flags = {"--lease_ms=2000"}});
+  ASSERT_FALSE(c.address().empty()) << c.Logs();
+  const std::string job = Submit(
+      c, Job("scale", "epochs: 30\nworkers: {min: 1, max: 4}\nshards: 1\n"));
+  WaitFor(
+      c, job,
+      [](const v1::JobStatus& s) {
+        return s.state() == v1::RUNNING && s.progress().step() >= 20;
+      },
+      absl::Seconds(60), "step 20");
+  const std::string w3 = c.AddWorker(), w4 = c.AddWorker();
+  v1::JobStatus s = WaitFor(
+      c, job, [](const v1::JobStatus& s) { return s.workers_size() == 4; },
+      absl::Seconds(30), "4 workers");
+  // A joiner's first step is the step its generation started at (the
+  // joined event's step): it contributes at once.
+  for (const std::string& w : {w3, w4}) {
+    auto firsts = FirstSteps(c.dir() + "/" + w + ".log");
+    for (int i = 0; i < 200 && firsts.empty(); ++i) {
+      absl::SleepFor(absl::Milliseconds(100));
+      firsts = FirstSteps(c.dir() + "/" + w + ".log");
+    }
+    ASSERT_FALSE(firsts.empty()) << c.Logs();
+    int64_t joined_at = -1;
+    for (const v1::MembershipEvent& e : s.events()) {
+      if (e.kind() == "joined" && e.generation() == firsts[0].first)
+        joined_at = std::max(joined_at, e.step());
+    }
+    ASSERT_GE(joined_at, 0) << s.DebugString();
+    EXPECT_LE(firsts[0].second, joined_at + 2) << w;
+  }
+  WaitFor(
+      c, job,
+      [&](const v1::JobStatus& now) {
+        return now.progress().step() >= s.progress().step() + 10;
+      },
+      absl::Seconds(20), "training with 4 workers");
+  // Scale down to one: three graceful leaves.
+  {
+    std::vector<std::thread> stops;
+    for (const std::string& w : {std::string("worker-1"), w3, w4})
+      stops.emplace_back([&c, w] { c.Stop(w); });
+    for (std::thread& t : stops) t.join();
+  }
+  s = WaitFor(
+      c, job,
+      [](const v1::JobStatus& s) {
+        return s.workers_size() == 1 || Ended(s);
+      },
+      absl::Seconds(20), "1 worker");
+  EXPECT_GE(Count(s, "left"), 3) << s.DebugString() << c.Logs();
+  ExpectFinishedExactlyOnce(c, job, 30);
+  // The survivor never restarted: one process, one log.
+  EXPECT_NE(access((c.dir() + "/worker-2.log").c_str(), R_OK), -1);
+  EXPECT_EQ(access((c.dir() + "/worker-2.2.log").c_str(), R_OK), -1);
+}
+
+class ShardFaultTest : public FaultTest {
+ protected:
+  // Kills a shard just after a complete checkpoint, optionally corrupts
+  // that checkpoint, restarts the shard, and checks the recovery.
+  void Run(const std::string& name, bool corrupt) {
+    ProcessCluster c(name, {.shards = 2,
+                            .workers = 2,
+                            .coordinator_flags = {"--lease_ms=2000"}});
+    ASSERT_FALSE(c.address().empty()) << c.Logs();
+    const std::string dir = testing::TestTempDir() + "/" + name + "-ckpt";
+    const int every = 50;
+    const std::string job = Submit(
+        c, Job(name, absl::StrCat("epochs: 3\nworkers: {min: 2, max: 2}\n"
+                                  "shards: 2\ncheckpoint: {every_steps: ",
+                                  every, ", dir: ", dir, ", keep: 3}\n")));
+    v1::JobStatus s = WaitFor(
+        c, job,
+        [](const v1::JobStatus& s) { return s.checkpoint_step() >= 100; },
+        absl::Seconds(90), "checkpoint 100");
+    c.Kill("shard-2");
+    absl::SleepFor(absl::Seconds(1));  // training halts: the step it reached
+    const int64_t reached = c.Status(job)->progress().step();
+    // Complete checkpoints: steps both shard indexes have on disk.
+    std::vector<int64_t> complete;
+    for (int64_t step = every; step <= reached; step += every) {
+      bool both = true;
+      for (int shard : {0, 1}) {
+        both = both && access(absl::StrCat(dir, "/", job, "/step-", step,
+                                           "/shard-", shard, ".ckpt")
+                                  .c_str(),
+                              R_OK) == 0;
+      }
+      if (both) complete.push_back(step);
+    }
+    ASSERT_GE(complete.size(), 2u) << reached;
+    const int64_t newest = complete.back();
+    if (corrupt) {
+      for (int shard : {0, 1}) {
+        const std::string path = absl::StrCat(dir, "/", job, "/step-",
+                                              newest, "/shard-", shard,
+                                              ".ckpt");
+        std::FILE* f = std::fopen(path.c_str(), "r+b");
+        ASSERT_NE(f, nullptr) << path;
+        std::fseek(f, 100, SEEK_SET);
+        std::fputc(0x5a, f);
+        std::fputc(0xa5, f);
+        std::fclose(f);
+      }
+    }
+    c.Restart("shard-2");
+    s = WaitFor(
+        c, job, [](const v1::JobStatus& s) { return Count(s, "restored") > 0; },
+        absl::Seconds(30), "the restore");
+    int64_t restored = -1;
+    for (const v1::MembershipEvent& e : s.events())
+      if (e.kind() == "restored") restored = e.step();
+    if (corrupt) {
+      EXPECT_EQ(restored, complete[complete.size() - 2])
+          << "the previous checkpoint\n" << s.DebugString();
+      EXPECT_EQ(Count(s, "checkpoint_rejected"), 1) << s.DebugString();
+    } else {
+      EXPECT_EQ(restored, newest) << s.DebugString();
+      EXPECT_LE(reached - restored, every)
+          << "recomputed more than every_steps\n" << s.DebugString();
+    }
+    ExpectFinishedExactlyOnce(c, job, 3);
+  }
+};
+
+TEST_F(ShardFaultTest, KilledShardRestartsFromTheLastCompleteCheckpoint) {
+  Run("kill_shard", false);
+}
+
+TEST_F(ShardFaultTest, CorruptCheckpointIsRejectedAndThePreviousOneUsed) {
+  Run("corrupt_ckpt", true);
+}
+
+}  // namespace
+}  // namespace fulcrum
