@@ -148,6 +148,37 @@ TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
   ExpectFinishedExactlyOnce(c, job, 3);
 }
 
+TEST_F(FaultTest, RestartedCoordinatorKeepsRunningJobs) {
+  const std::string state = testing::TestTempDir() + "/coordinator-state";
+  ProcessCluster c("kill_coordinator",
+                   {.shards = 2,
+                    .workers = 2,
+                    .coordinator_flags = {"--lease_ms=2000",
+                                          "--state_dir=" + state}});
+  ASSERT_FALSE(c.address().empty()) << c.Logs();
+  const std::string job = Submit(
+      c, Job("kill-coordinator",
+             "epochs: 6\nworkers: {min: 2, max: 2}\nshards: 2\n"));
+  WaitFor(
+      c, job,
+      [](const v1::JobStatus& s) {
+        return s.state() == v1::RUNNING && s.progress().step() >= 30;
+      },
+      absl::Seconds(60), "step 30");
+  c.Kill("coordinator");
+  absl::SleepFor(absl::Milliseconds(1500));  // workers and shards carry on
+  c.Restart("coordinator");
+  // Members re-adopt themselves; the job moves to a new generation whose
+  // chunk table comes from the shards' ledger.
+  v1::JobStatus s = WaitFor(
+      c, job, [](const v1::JobStatus& s) { return s.generation() >= 2; },
+      absl::Seconds(30), "generation 2 after the restart");
+  EXPECT_EQ(s.workers_size(), 2) << "both workers re-adopted" << c.Logs();
+  ExpectFinishedExactlyOnce(c, job, 6);
+  testing::RunResult list = c.Ctl({"list"});
+  EXPECT_NE(list.out.find(job), std::string::npos) << list.out;
+}
+
 // The first step a worker trained at each generation, from its log.
 std::vector<std::pair<int64_t, int64_t>> FirstSteps(const std::string& log) {
   std::vector<std::pair<int64_t, int64_t>> out;

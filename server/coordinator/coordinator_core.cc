@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/job_spec.h"
@@ -96,6 +97,7 @@ void Coordinator::Tick() {
         AddEvent(job, "joined", w);
       for (const std::string& s : job.status.shards())
         AddEvent(job, "joined", s);
+      Persist(job).IgnoreError();
       continue;
     }
     // Could not initialise the shards: release the workers and retry later,
@@ -159,6 +161,7 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
     }
     const std::string job_id = it->second.job_id;
     const std::string id = it->first;
+    gone_.insert(id);
     it = workers_.erase(it);
     lost->push_back("worker");
     auto job = jobs_.find(job_id);
@@ -171,6 +174,7 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
       continue;
     }
     const std::string id = it->first;
+    gone_.insert(id);
     it = shard_members_.erase(it);
     lost->push_back("shard");
     LoseShard(id);
@@ -203,12 +207,31 @@ void Coordinator::PlanRounds(absl::Time now, std::vector<Round>* rounds) {
   for (const std::string& job_id : job_order_) {
     Job& job = jobs_[job_id];
     if (job.status.state() != v1::RUNNING || job.round_in_flight ||
-        job.finishing || job.members.empty() || now < job.recover_after) {
+        job.finishing || (job.members.empty() && !job.recovering)) {
       continue;
+    }
+    if (job.recovering) {
+      // After a coordinator restart: wait (up to a lease) until the
+      // generation's members are back; the ones that are not were lost.
+      bool all_back = true;
+      for (const std::string& w : job.status.workers())
+        all_back = all_back && workers_.count(w);
+      for (const std::string& sh : job.status.shards())
+        all_back = all_back && shard_members_.count(sh);
+      if (!all_back && now < job.recover_after) continue;
+      for (const std::string& w : ToVector(job.status.workers())) {
+        if (!workers_.count(w)) DropMember(job, w, "lost");
+      }
+      for (const std::string& sh : ToVector(job.status.shards())) {
+        if (!shard_members_.count(sh)) LoseShard(sh);
+      }
+      job.recovering = false;
+      job.force_round = true;  // rebuild the chunk table from the ledger
+      if (job.members.empty()) continue;
     }
     const bool changed = job.members != ToVector(job.status.workers());
     if (!changed && job.missing_shards.empty() && !job.restore &&
-        job.fresh_shards.empty()) {
+        job.fresh_shards.empty() && !job.force_round) {
       continue;
     }
     // Replace lost shards: a shard at the lost one's address (the process
@@ -280,6 +303,7 @@ void Coordinator::RunRound(const Round& round) {
     if (bad_checkpoint) {
       it->second.bad_checkpoints.insert(restore_step);
       AddEvent(it->second, "checkpoint_rejected", "", restore_step);
+      Persist(it->second).IgnoreError();
     }
     it->second.status.set_message(absl::StrCat(
         "reconfiguring to generation ", round.generation, ": ",
@@ -384,7 +408,9 @@ void Coordinator::RunRound(const Round& round) {
   }
   job.ledger = std::move(ledger);
   RebuildChunks(job);
+  job.force_round = false;
   job.status.set_message("");
+  Persist(job).IgnoreError();
   std::cerr << "fulcrum-coordinator: job " << round.job_id << " at generation "
             << round.generation << " with "
             << absl::StrJoin(round.workers, ", ") << " from version " << align
@@ -437,6 +463,12 @@ absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
   }
   Job& job = it->second;
   auto w = workers_.find(request.worker_id());
+  if (job.recovering ||
+      (w == workers_.end() && Adoptable(request.worker_id(), "w-"))) {
+    return absl::UnavailableError(
+        "the coordinator restarted and is re-adopting the job's members; "
+        "retry");
+  }
   if (w == workers_.end() ||
       !Contains(ToVector(job.status.workers()), request.worker_id())) {
     return absl::PermissionDeniedError(
@@ -582,6 +614,7 @@ void Coordinator::Finish(Job& job, v1::JobState state,
   job.status.set_state(state);
   job.status.set_message(message);
   job.status.set_end_time_unix(Unix(options_.now()));
+  Persist(job).IgnoreError();
   if (had_shards) {
     for (const std::string& address : job.shard_addresses) {
       ends->push_back({address, job.status.job_id()});
@@ -618,6 +651,14 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
   *job.status.mutable_spec() = std::move(spec);
   job.status.set_state(v1::PENDING);
   job.status.set_submit_time_unix(Unix(options_.now()));
+  absl::Status durable = Persist(job);
+  if (!durable.ok()) {
+    jobs_.erase(id);
+    --next_job_;
+    return absl::UnavailableError(absl::StrCat(
+        "cannot record the job durably: ", durable.message()));
+  }
+  PersistCounters();
   job_order_.push_back(id);
   return id;
 }
@@ -753,7 +794,7 @@ v1::RegisterWorkerResponse Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
   absl::MutexLock lock(&mu_);
   Worker w;
-  w.id = absl::StrCat("w-", next_member_++);
+  w.id = NewMemberId("w-");
   w.hostname = request.hostname();
   w.device = request.device().empty() ? "cpu" : request.device();
   w.last_heartbeat = options_.now();
@@ -770,6 +811,23 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
     const v1::WorkerHeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.worker_id());
+  if (it == workers_.end() && Adoptable(request.worker_id(), "w-")) {
+    // Issued before this coordinator restarted: take it back, with the job
+    // it trains if it is a member of that job's generation.
+    Worker w;
+    w.id = request.worker_id();
+    w.hostname = request.hostname();
+    w.device = request.device().empty() ? "cpu" : request.device();
+    auto job = jobs_.find(request.job_id());
+    if (job != jobs_.end() &&
+        (Contains(ToVector(job->second.status.workers()), w.id) ||
+         Terminal(job->second.status.state()))) {
+      w.job_id = request.job_id();
+    }
+    std::cerr << "fulcrum-coordinator: re-adopted worker " << w.id
+              << (w.job_id.empty() ? "" : " of " + w.job_id) << "\n";
+    it = workers_.emplace(w.id, std::move(w)).first;
+  }
   if (it == workers_.end()) {
     return absl::NotFoundError(
         absl::StrCat("worker_id '", request.worker_id(),
@@ -819,6 +877,7 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
   for (auto it = shard_members_.begin(); it != shard_members_.end(); ++it) {
     if (it->second.address == request.address()) {
       const std::string old = it->first;
+      gone_.insert(old);
       shard_members_.erase(it);
       std::cerr << "fulcrum-coordinator: shard " << old << " at "
                 << request.address() << " restarted\n";
@@ -827,7 +886,7 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
     }
   }
   Shard s;
-  s.id = absl::StrCat("s-", next_member_++);
+  s.id = NewMemberId("s-");
   s.address = request.address();
   s.last_heartbeat = options_.now();
   v1::RegisterShardResponse response;
@@ -843,6 +902,15 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
     const v1::ShardHeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
   auto it = shard_members_.find(request.shard_id());
+  if (it == shard_members_.end() && Adoptable(request.shard_id(), "s-") &&
+      !request.address().empty()) {
+    Shard s;
+    s.id = request.shard_id();
+    s.address = request.address();
+    std::cerr << "fulcrum-coordinator: re-adopted shard " << s.id << " at "
+              << s.address << "\n";
+    it = shard_members_.emplace(s.id, std::move(s)).first;
+  }
   if (it == shard_members_.end()) {
     return absl::NotFoundError(
         absl::StrCat("shard_id '", request.shard_id(),
@@ -892,6 +960,7 @@ absl::Status Coordinator::Leave(const std::string& member_id) {
       if (job != jobs_.end() && job->second.status.state() == v1::RUNNING)
         DropMember(job->second, member_id, "left");
       workers_.erase(w);
+      gone_.insert(member_id);
     } else if (shard_members_.erase(member_id) == 0) {
       return absl::NotFoundError(
           absl::StrCat("member_id '", member_id, "' not found"));
@@ -910,6 +979,13 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
   {
     absl::MutexLock lock(&mu_);
     auto w = workers_.find(request.worker_id());
+    if (w == workers_.end() && Adoptable(request.worker_id(), "w-")) {
+      Worker adopted;  // its report beat its heartbeat after a restart
+      adopted.id = request.worker_id();
+      adopted.device = "cpu";
+      adopted.job_id = request.job_id();
+      w = workers_.emplace(adopted.id, std::move(adopted)).first;
+    }
     if (w == workers_.end()) {
       return absl::NotFoundError(
           absl::StrCat("worker_id '", request.worker_id(), "' not found"));
@@ -972,6 +1048,108 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
   }
   RunEnds(ends);
   return response;
+}
+
+std::string Coordinator::NewMemberId(const std::string& prefix) {
+  const int64_t n = next_member_++;
+  if (store_ != nullptr && next_member_ > reserved_member_) {
+    reserved_member_ = next_member_ + 64;  // one record per 64 ids
+    PersistCounters();
+  }
+  return absl::StrCat(prefix, n);
+}
+
+bool Coordinator::Adoptable(const std::string& id,
+                            const std::string& prefix) const {
+  if (!recovered_ || gone_.count(id) || id.rfind(prefix, 0) != 0) return false;
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(id.substr(prefix.size()), &n)) return false;
+  return n >= 1 && n < next_member_;
+}
+
+absl::Status Coordinator::Persist(const Job& job) {
+  if (store_ == nullptr) return absl::OkStatus();
+  v1::StateRecord record;
+  v1::PersistedJob* p = record.mutable_job();
+  *p->mutable_status() = job.status;
+  for (const std::string& a : job.shard_addresses) p->add_shard_addresses(a);
+  p->set_dataset_size(job.dataset_size);
+  for (int64_t step : job.bad_checkpoints) p->add_bad_checkpoints(step);
+  absl::Status s = store_->Append(record);
+  if (!s.ok()) {
+    std::cerr << "fulcrum-coordinator: cannot persist " << job.status.job_id()
+              << ": " << s << "\n";
+    return s;
+  }
+  if (store_->records_since_snapshot() > 1000) {
+    v1::CoordinatorState state;
+    for (const auto& [id, j] : jobs_) {
+      v1::PersistedJob* out = state.add_jobs();
+      *out->mutable_status() = j.status;
+      for (const std::string& a : j.shard_addresses)
+        out->add_shard_addresses(a);
+      out->set_dataset_size(j.dataset_size);
+      for (int64_t step : j.bad_checkpoints) out->add_bad_checkpoints(step);
+    }
+    state.mutable_counters()->set_next_job(next_job_);
+    state.mutable_counters()->set_next_member(
+        std::max(next_member_, reserved_member_));
+    absl::Status snap = store_->Snapshot(state);
+    if (!snap.ok())
+      std::cerr << "fulcrum-coordinator: snapshot failed: " << snap << "\n";
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::PersistCounters() {
+  if (store_ == nullptr) return;
+  v1::StateRecord record;
+  record.mutable_counters()->set_next_job(next_job_);
+  record.mutable_counters()->set_next_member(
+      std::max(next_member_, reserved_member_));
+  absl::Status s = store_->Append(record);
+  if (!s.ok())
+    std::cerr << "fulcrum-coordinator: cannot persist ids: " << s << "\n";
+}
+
+absl::Status Coordinator::Recover() {
+  if (options_.state_dir.empty()) return absl::OkStatus();
+  v1::CoordinatorState state;
+  absl::StatusOr<std::unique_ptr<StateStore>> store =
+      StateStore::Open(options_.state_dir, &state);
+  if (!store.ok()) return store.status();
+  absl::MutexLock lock(&mu_);
+  store_ = std::move(*store);
+  const absl::Time now = options_.now();
+  std::vector<std::pair<double, std::string>> order;
+  for (const v1::PersistedJob& p : state.jobs()) {
+    const std::string& id = p.status().job_id();
+    Job& job = jobs_[id];
+    job.status = p.status();
+    job.shard_addresses.assign(p.shard_addresses().begin(),
+                               p.shard_addresses().end());
+    job.dataset_size = p.dataset_size() == 0 ? -1 : p.dataset_size();
+    job.bad_checkpoints.insert(p.bad_checkpoints().begin(),
+                               p.bad_checkpoints().end());
+    job.members = ToVector(job.status.workers());
+    if (job.status.state() == v1::RUNNING) {
+      job.recovering = true;
+      job.recover_after = now + options_.lease;
+    }
+    order.emplace_back(job.status.submit_time_unix(), id);
+    int64_t n = 0;
+    if (absl::SimpleAtoi(id.substr(4), &n))
+      next_job_ = std::max(next_job_, n + 1);
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [t, id] : order) job_order_.push_back(id);
+  next_job_ = std::max(next_job_, state.counters().next_job());
+  next_member_ = std::max(next_member_, state.counters().next_member());
+  reserved_member_ = next_member_;
+  recovered_ = !state.jobs().empty() || state.counters().next_member() > 0;
+  std::cerr << "fulcrum-coordinator: recovered " << jobs_.size()
+            << " jobs from " << options_.state_dir << "\n";
+  return absl::OkStatus();
 }
 
 std::vector<v1::Member> Coordinator::ListMembers() const {

@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "fulcrum/v1/coordinator.pb.h"
 #include "fulcrum/v1/parameter_server.pb.h"
+#include "server/coordinator/state_store.h"
 
 namespace fulcrum {
 
@@ -66,12 +67,18 @@ class Coordinator {
     // Called (outside any lock the caller could hold) when a lease expires;
     // role is "worker" or "shard". May be null.
     std::function<void(const std::string& role)> on_member_lost;
+    // Durable state (state_store.h); empty: none, a restart forgets jobs.
+    std::string state_dir;
   };
 
   // `shards` is not owned and must outlive the coordinator.
   Coordinator(Options options, ShardControl* shards);
   ~Coordinator();
 
+  // Loads the durable state (Options::state_dir) before Start(): jobs come
+  // back, running ones wait up to a lease for their workers and shards to
+  // re-adopt themselves with heartbeats, then move to a new generation.
+  absl::Status Recover();
   void Start();
   void Stop();
   // Expires leases and starts pending jobs. Calls ShardControl without
@@ -129,7 +136,9 @@ class Coordinator {
     // Checkpoint steps on disk, by shard index (from heartbeats).
     std::map<int, std::vector<int64_t>> checkpoint_steps;
     // Coordinator restart: rounds wait until then for members to return.
+    bool recovering = false;
     absl::Time recover_after = absl::InfinitePast();
+    bool force_round = false;  // a new generation even with the same members
     // Chunk sharding.
     int64_t dataset_size = -1;
     std::map<int64_t, Chunk> chunks;  // by id; epochs created as reached
@@ -182,6 +191,14 @@ class Coordinator {
   static int64_t ChunksPerEpoch(const Job& job);
   static void EnsureEpoch(Job& job, int64_t epoch);
   static void RebuildChunks(Job& job);
+  // Durable state: records a job's current state (logging failures).
+  absl::Status Persist(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistCounters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NewMemberId(const std::string& prefix)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A member this coordinator issued before a restart, heard from again.
+  bool Adoptable(const std::string& id, const std::string& prefix) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void AddEvent(Job& job, const std::string& kind, const std::string& member,
                 int64_t step = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -202,6 +219,10 @@ class Coordinator {
   std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);  // submission order
   std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Shard> shard_members_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<StateStore> store_ ABSL_GUARDED_BY(mu_);
+  int64_t reserved_member_ ABSL_GUARDED_BY(mu_) = 0;  // ids persisted below
+  bool recovered_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> gone_ ABSL_GUARDED_BY(mu_);  // expired or left since
 };
 
 }  // namespace fulcrum

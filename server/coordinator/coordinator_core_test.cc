@@ -1,5 +1,6 @@
 #include "server/coordinator/coordinator_core.h"
 
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -387,6 +388,80 @@ TEST_F(CoordinatorTest, ChunksAreLeasedOncePerEpochAndReturnWithGenerations) {
   EXPECT_EQ(status.epochs(0).trained(), 100);
   EXPECT_EQ(status.epochs(0).total(), 100);
   EXPECT_EQ(status.epochs(1).trained(), 30);
+}
+
+TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      std::string(tmp != nullptr ? tmp : "/tmp") + "/coordinator_state";
+  absl::Time now = absl::FromUnixSeconds(1000);
+  FakeShards shards;
+  Coordinator::Options options;
+  options.now = [&now] { return now; };
+  options.state_dir = dir;
+  std::string job, w1, w2, s1;
+  {
+    Coordinator first(options, &shards);
+    ASSERT_TRUE(first.Recover().ok());
+    v1::JobSpec spec;
+    spec.set_name("j");
+    spec.mutable_model()->set_type("mlp");
+    spec.mutable_model()->add_layers(4);
+    spec.mutable_model()->add_layers(2);
+    spec.mutable_dataset()->set_dir("/d");
+    spec.mutable_optimizer()->set_lr(0.1);
+    spec.mutable_workers()->set_min(2);
+    spec.mutable_workers()->set_max(2);
+    job = *first.SubmitJob(spec);
+    w1 = first.RegisterWorker({}).worker_id();
+    w2 = first.RegisterWorker({}).worker_id();
+    v1::RegisterShardRequest r;
+    r.set_address("127.0.0.1:1");
+    s1 = first.RegisterShard(r)->shard_id();
+    first.Tick();
+    ASSERT_EQ(first.GetJob(job)->state(), v1::RUNNING);
+  }  // the coordinator "crashes": nothing but the state dir survives
+  Coordinator second(options, &shards);
+  ASSERT_TRUE(second.Recover().ok());
+  v1::JobStatus status = *second.GetJob(job);
+  EXPECT_EQ(status.state(), v1::RUNNING);
+  EXPECT_EQ(status.generation(), 1);
+  EXPECT_EQ(status.workers_size(), 2);
+  // New ids never collide with ones issued before the restart.
+  const std::string w3 = second.RegisterWorker({}).worker_id();
+  EXPECT_NE(w3, w1);
+  EXPECT_NE(w3, w2);
+  // Members come back with heartbeats; chunk leases wait meanwhile.
+  v1::LeaseChunkRequest lease;
+  lease.set_worker_id(w1);
+  lease.set_job_id(job);
+  lease.set_generation(1);
+  lease.set_dataset_size(100);
+  v1::WorkerHeartbeatRequest hb;
+  hb.set_worker_id(w1);
+  hb.set_job_id(job);
+  hb.set_hostname("h");
+  ASSERT_TRUE(second.WorkerHeartbeat(hb).ok());
+  EXPECT_EQ(second.LeaseChunk(lease).status().code(),
+            absl::StatusCode::kUnavailable);
+  hb.set_worker_id(w2);
+  ASSERT_TRUE(second.WorkerHeartbeat(hb).ok());
+  v1::ShardHeartbeatRequest sb;
+  sb.set_shard_id(s1);
+  sb.set_address("127.0.0.1:1");
+  ASSERT_TRUE(second.ShardHeartbeat(sb).ok());
+  // Everyone is back: the next tick moves to generation 2 (rebuilding the
+  // chunk table from the ledger) without waiting for the lease.
+  second.Tick();
+  status = *second.GetJob(job);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(status.workers_size(), 2);
+  lease.set_generation(2);
+  EXPECT_TRUE(second.LeaseChunk(lease).ok());
+  // A worker id that was never issued is not adopted.
+  hb.set_worker_id("w-999");
+  EXPECT_EQ(second.WorkerHeartbeat(hb).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(CoordinatorTest, MergesStalenessAndCheckpointsFromEveryShard) {

@@ -33,6 +33,10 @@ ABSL_FLAG(int64_t, heartbeat_ms, 1000,
           "heartbeat interval told to workers and shards");
 ABSL_FLAG(int64_t, lease_ms, 5000,
           "a member without a heartbeat for this long is lost");
+ABSL_FLAG(std::string, state_dir, "",
+          "keep the coordinator's state (jobs, generations) here, fsync'd, so "
+          "that a restarted coordinator continues running jobs; empty: "
+          "in memory only");
 ABSL_FLAG(int64_t, start_grace_ms, 1000,
           "once workers.min are idle, wait this long for up to workers.max");
 
@@ -51,7 +55,13 @@ int main(int argc, char** argv) {
   options.on_member_lost = [&metrics](const std::string& role) {
     if (metrics != nullptr) metrics->MemberLost(role);
   };
+  options.state_dir = absl::GetFlag(FLAGS_state_dir);
   fulcrum::Coordinator core(options, &shard_control);
+  if (absl::Status recovered = core.Recover(); !recovered.ok()) {
+    std::cerr << "fulcrum-coordinator: cannot load the state in "
+              << options.state_dir << ": " << recovered << "\n";
+    return 1;
+  }
   metrics = std::make_unique<fulcrum::CoordinatorMetrics>(registry, &core);
   fulcrum::CoordinatorService service(&core);
   grpc::ServerBuilder builder;
