@@ -8,7 +8,6 @@
 #include "worker/backend/cpu_backend.h"
 
 namespace fulcrum::testing {
-namespace {
 
 std::unique_ptr<ShardServer> StartShard() {
   auto s = std::make_unique<ShardServer>();
@@ -25,7 +24,6 @@ std::unique_ptr<ShardServer> StartShard() {
   return s;
 }
 
-}  // namespace
 
 TrainRun TrainInProcess(
     const v1::JobSpec& job_spec, int workers,

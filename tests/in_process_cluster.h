@@ -24,6 +24,9 @@ struct ShardServer {
   std::unique_ptr<grpc::Server> server;
   std::string address;
 };
+// A parameter shard served over gRPC on 127.0.0.1 (a kernel-picked port).
+std::unique_ptr<ShardServer> StartShard();
+
 
 struct TrainRun {
   std::vector<TrainResult> results;       // by rank
