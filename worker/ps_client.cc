@@ -278,6 +278,7 @@ void PsClient::ReceiveLoop(Stream* s) {
       for (int32_t id : s->partitions) received_[id] = 0;
       ++reconnects_;
     }
+    if (options_.on_reconnect) options_.on_reconnect();
     // Send this step's pushes again on the next connection, first.
     absl::MutexLock lock(&s->mu);
     if (s->closing || s->cancelled) return;

@@ -48,6 +48,8 @@ class PsClient {
     absl::Duration connect_timeout = absl::Seconds(30);
     // How long a broken stream is retried before the client fails.
     absl::Duration reconnect_timeout = absl::Seconds(30);
+    // Called (from a receiver thread) each time a broken stream re-opens.
+    std::function<void()> on_reconnect;
     // Test hook: called with the stream's context before each (re)connect.
     std::function<void(grpc::ClientContext*)> configure_context;
   };

@@ -162,6 +162,10 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
     ps.shard_addresses = a.shard_addresses;
     ps.chunk_bytes = spec.chunk_bytes();
     ps.reconnect_timeout = options_.reconnect_timeout;
+    if (m.reconnects != nullptr) {
+      metrics::Counter* reconnects = m.reconnects;
+      ps.on_reconnect = [reconnects] { reconnects->Increment(); };
+    }
     PsClient client(ps, &layout, params.data());
     ASSIGN_OR_RETURN(int64_t version, client.Connect());
     std::cerr << "fulcrum-worker: " << a.job_id << " generation " << a.generation
@@ -353,6 +357,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
     // A new generation: leases, half-done steps and pending stops belong
     // to the old one; the shards say where to resume.
     a = std::move(*next);
+    if (m.rejoins != nullptr) m.rejoins->Increment();
     lease = Lease{};
     done_chunks.clear();
     exhausted = false;

@@ -29,6 +29,14 @@ WorkerMetrics::WorkerMetrics(metrics::Registry& r)
       test_accuracy(r.AddGauge(
           "fulcrum_worker_test_accuracy",
           "Latest test-set accuracy evaluated by this worker (rank 0).",
+          {"job_id"})),
+      rejoins(r.AddCounter(
+          "fulcrum_worker_rejoins_total",
+          "Times this worker re-joined its job at a new membership generation.",
+          {"job_id"})),
+      reconnects(r.AddCounter(
+          "fulcrum_worker_stream_reconnects_total",
+          "Data-plane streams re-opened after a broken connection.",
           {"job_id"})) {}
 
 WorkerMetrics::Job WorkerMetrics::ForJob(const std::string& job_id) {
@@ -39,7 +47,9 @@ WorkerMetrics::Job WorkerMetrics::ForJob(const std::string& job_id) {
           &compute_seconds.WithLabels({job_id}),
           &comm_wait_seconds.WithLabels({job_id}),
           &loss.WithLabels({job_id}),
-          &test_accuracy.WithLabels({job_id})};
+          &test_accuracy.WithLabels({job_id}),
+          &rejoins.WithLabels({job_id}),
+          &reconnects.WithLabels({job_id})};
 }
 
 }  // namespace fulcrum

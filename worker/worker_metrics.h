@@ -23,6 +23,8 @@ struct WorkerMetrics {
     metrics::Histogram* comm_wait_seconds;
     metrics::Gauge* loss;
     metrics::Gauge* test_accuracy;
+    metrics::Counter* rejoins;
+    metrics::Counter* reconnects;
   };
   Job ForJob(const std::string& job_id);
 
@@ -34,6 +36,8 @@ struct WorkerMetrics {
   metrics::Family<metrics::Histogram>& comm_wait_seconds;
   metrics::Family<metrics::Gauge>& loss;
   metrics::Family<metrics::Gauge>& test_accuracy;
+  metrics::Family<metrics::Counter>& rejoins;
+  metrics::Family<metrics::Counter>& reconnects;
 };
 
 }  // namespace fulcrum

@@ -38,6 +38,7 @@ cluster_start() {
   rm -rf "$dir"; mkdir -p "$dir"
   "$bin/server/coordinator/fulcrum-coordinator" --listen=127.0.0.1:0 \
     --port_file="$dir/coordinator.port" --heartbeat_ms=200 \
+    --state_dir="$dir/coordinator-state" \
     --metrics_port_file="$dir/coordinator.metrics_port" 2>"$dir/coordinator.log" &
   cluster_pids+=($!)
   for _ in $(seq 100); do [ -s "$dir/coordinator.port" ] && break; sleep 0.1; done
