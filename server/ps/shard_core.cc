@@ -336,9 +336,12 @@ absl::StatusOr<PushOutcome> JobShard::PushSync(PartitionState& p, int member,
     return PushOutcome::kCompleted;
   p.first_done = absl::InfiniteFuture();
   // Every member has pushed: apply the averaged gradient, out of place, so
-  // that the previous version stays for an undo.
-  p.undo_swaps = p.total_samples > 0;
-  if (p.total_samples > 0) {
+  // that the previous version stays for an undo. A step that carries a stop
+  // applies nothing: the final parameters are the ones rank 0 evaluated
+  // when it decided to stop.
+  const bool apply = p.total_samples > 0 && !p.stop_requested;
+  p.undo_swaps = apply;
+  if (apply) {
     const float inv = 1.0f / static_cast<float>(p.total_samples);
     for (float& a : p.accum) a *= inv;
     ApplyUpdate(optimizer_, p.version, p.updates++, p.accum.data(),
@@ -346,13 +349,16 @@ absl::StatusOr<PushOutcome> JobShard::PushSync(PartitionState& p, int member,
                 p.prev_state.data(), p.meta.size);
     p.params.swap(p.prev_params);
     p.state.swap(p.prev_state);
-    std::fill(p.accum.begin(), p.accum.end(), 0.0f);
   }
+  std::fill(p.accum.begin(), p.accum.end(), 0.0f);
   p.can_undo = true;
   if (p.tracks_ledger) {
     p.ledger_undo.clear();
     for (PartitionState::Range& r : p.member_range) {
-      if (r.chunk < 0) continue;
+      if (r.chunk < 0 || !apply) {
+        r.chunk = -1;
+        continue;
+      }
       auto it = p.ledger.find(r.chunk);
       p.ledger_undo.emplace_back(
           r.chunk, it == p.ledger.end() ? LedgerEntry{-1, 0} : it->second);

@@ -109,6 +109,27 @@ TEST(ShardCoreTest, RepeatedPushIsNotAppliedTwice) {
   for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f);
 }
 
+TEST(ShardCoreTest, AStepCarryingAStopAppliesNothing) {
+  auto job = JobShard::Create(TinyJob({"a", "b"}));
+  ASSERT_TRUE(job.ok());
+  std::vector<float> g(10, 1.0f);
+  ASSERT_TRUE(Completed((*job)->Push(0, Chunk(0, g, 1))));
+  ASSERT_TRUE(Completed((*job)->Push(1, Chunk(0, g, 1))));
+  int64_t version;
+  const std::vector<float> w1 = ReadAll(**job, &version);
+  PushChunk stop = Chunk(1, g, 1);
+  stop.stop = true;
+  ASSERT_TRUE(Completed((*job)->Push(0, stop)));
+  ASSERT_TRUE(Completed((*job)->Push(1, Chunk(1, g, 1))));
+  // Version 2 is final and equals version 1: what rank 0 evaluated.
+  std::vector<float> w2(10);
+  bool stopped = false;
+  ASSERT_TRUE((*job)->Read(0, 0, 10, w2.data(), &version, &stopped).ok());
+  EXPECT_EQ(version, 2);
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(w2, w1);
+}
+
 TEST(ShardCoreTest, MomentumAcrossSteps) {
   auto job = JobShard::Create(TinyJob({"a"}, "momentum"));
   ASSERT_TRUE(job.ok());
