@@ -285,5 +285,67 @@ TEST(CoordinatorBadInputTest, InvalidSpecOverGrpc) {
   server->Shutdown(std::chrono::system_clock::now());
 }
 
+TEST(CoordinatorBadInputTest, BadChunkLeasesAreRejectedAndChangeNothing) {
+  NoShards shards;
+  Coordinator::Options options;
+  options.start_grace = absl::ZeroDuration();
+  Coordinator core(options, &shards);
+  CoordinatorService service(&core);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  auto stub = v1::Coordinator::NewStub(
+      MakeChannel("127.0.0.1:" + std::to_string(port)));
+  v1::JobSpec spec = BadInputTest::Spec();
+  spec.mutable_workers()->set_min(1);
+  spec.mutable_workers()->set_max(1);
+  const std::string job = *core.SubmitJob(spec);
+  const std::string worker = core.RegisterWorker({}).worker_id();
+  v1::RegisterShardRequest shard;
+  shard.set_address("127.0.0.1:1");
+  ASSERT_TRUE(core.RegisterShard(shard).ok());
+  core.Tick();
+  ASSERT_EQ(core.GetJob(job)->state(), v1::RUNNING);
+  auto lease = [&](const std::string& w, const std::string& j,
+                   int64_t generation, int64_t size) {
+    v1::LeaseChunkRequest request;
+    request.set_worker_id(w);
+    request.set_job_id(j);
+    request.set_generation(generation);
+    request.set_dataset_size(size);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    v1::LeaseChunkResponse response;
+    return stub->LeaseChunk(&context, request, &response);
+  };
+  grpc::Status s = lease(worker, job, 1, 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("dataset_size"), std::string::npos);
+  s = lease(worker, "job-404", 1, 100);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("job_id"), std::string::npos);
+  s = lease("w-77", job, 1, 100);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("worker_id"), std::string::npos);
+  s = lease(worker, job, 5, 100);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_NE(s.error_message().find("generation"), std::string::npos);
+  // None of these leased anything: the first valid call gets chunk 0.
+  v1::LeaseChunkRequest request;
+  request.set_worker_id(worker);
+  request.set_job_id(job);
+  request.set_generation(1);
+  request.set_dataset_size(100);
+  absl::StatusOr<v1::LeaseChunkResponse> first = core.LeaseChunk(request);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->chunk().chunk(), 0);
+  EXPECT_EQ(first->chunk().begin(), 0);
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
 }  // namespace
 }  // namespace fulcrum
