@@ -15,7 +15,7 @@ testlogs=$(bazel info bazel-testlogs 2>/dev/null)
 targets=$(bazel query 'tests(//...)' 2>/dev/null)
 bazel shutdown >/dev/null 2>&1
 
-passed=0
+passed=0 skipped=0
 failed=0
 for t in $targets; do
   rel=${t#//}
@@ -26,16 +26,17 @@ for t in $targets; do
   # crashed or timed out before reporting.
   counts=$(grep -o '<testsuite [^>]*>' "$xml" 2>/dev/null | awk '
     function attr(s, name,   m) { return match(s, " " name "=\"[0-9]+\"") ? substr(s, RSTART + length(name) + 3, RLENGTH - length(name) - 4) + 0 : 0 }
-    { n += attr($0, "tests"); f += attr($0, "failures") + attr($0, "errors"); d += attr($0, "disabled") }
-    END { if (NR == 0) print "none"; else print n, f, d }')
+    { n += attr($0, "tests"); f += attr($0, "failures") + attr($0, "errors"); d += attr($0, "disabled"); s += attr($0, "skipped") }
+    END { if (NR == 0) print "none"; else print n, f, d, s }')
   if [ -z "$counts" ] || [ "$counts" = "none" ]; then
     echo "no results for $t"
     failed=$((failed + 1))
     continue
   fi
-  read -r n bad d <<< "$counts"
+  read -r n bad d s <<< "$counts"
   [ "$n" -eq 0 ] && bad=1
-  ok=$((n - d - bad))
+  skipped=$((skipped + s))
+  ok=$((n - d - s - bad))
   [ "$ok" -lt 0 ] && ok=0
   passed=$((passed + ok))
   failed=$((failed + bad))
@@ -44,5 +45,7 @@ if [ "$bazel_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
   echo "bazel test exited $bazel_rc (build failure?)"
   failed=1
 fi
+# Skipped tests (GPU tests on a machine without a GPU) are neither.
+[ "$skipped" -gt 0 ] && echo "$skipped skipped (they say why in their logs, e.g. no CUDA device)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

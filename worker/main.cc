@@ -7,13 +7,18 @@
 #include "common/metrics/http_server.h"
 #include "common/net/allocator.h"
 #include "common/net/signals.h"
+#include "absl/strings/numbers.h"
 #include "worker/backend/cpu_backend.h"
+#include "worker/backend/cuda_loader.h"
 #include "worker/worker_agent.h"
 #include "worker/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
 ABSL_FLAG(std::string, device, "auto",
-          "cpu | auto (this build has the CPU backend only)");
+          "cpu | cuda | cuda:N | auto (CUDA device 0 if there is one, else the "
+          "CPU)");
+ABSL_FLAG(bool, tf32, false,
+          "CUDA: TF32 tensor-core GEMMs (faster, ~1e-3 relative error)");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads for the CPU backend");
 ABSL_FLAG(double, slowdown, 1.0,
           "straggler injection: make every step this many times slower "
@@ -32,21 +37,48 @@ ABSL_FLAG(std::string, metrics_port_file, "",
 ABSL_FLAG(int, max_jobs, 0,
           "exit after training this many jobs (0: serve until stopped)");
 
+namespace {
+
+// The backend --device names. "auto": CUDA device 0 when this build has the
+// CUDA backend and the machine a device, else the CPU.
+absl::StatusOr<std::unique_ptr<fulcrum::Backend>> MakeBackend(
+    const std::string& device, int threads, bool tf32) {
+  if (device == "cpu")
+    return std::unique_ptr<fulcrum::Backend>(new fulcrum::CpuBackend(threads));
+  int index = 0;
+  const bool cuda = device == "cuda" || device.rfind("cuda:", 0) == 0;
+  if (cuda && device.size() > 5 &&
+      !absl::SimpleAtoi(device.substr(5), &index)) {
+    return absl::InvalidArgumentError("the CUDA device index is not a number");
+  }
+  if (!cuda && device != "auto") {
+    return absl::InvalidArgumentError("must be cpu, cuda, cuda:N or auto");
+  }
+  if (cuda || fulcrum::CudaDeviceCount() > 0) {
+    return fulcrum::CreateCudaBackend(index, tf32);
+  }
+  return std::unique_ptr<fulcrum::Backend>(new fulcrum::CpuBackend(threads));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   fulcrum::TuneAllocatorForLargeMessages();
   fulcrum::BlockTerminationSignals();
   absl::ParseCommandLine(argc, argv);
   const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cpu" && device != "auto") {
-    std::cerr
-        << "fulcrum-worker: --device must be cpu or auto in this build, got '"
-        << device << "'\n";
+  absl::StatusOr<std::unique_ptr<fulcrum::Backend>> backend_or =
+      MakeBackend(device, absl::GetFlag(FLAGS_threads),
+                  absl::GetFlag(FLAGS_tf32));
+  if (!backend_or.ok()) {
+    std::cerr << "fulcrum-worker: --device=" << device << ": "
+              << backend_or.status().message() << "\n";
     return 2;
   }
-  fulcrum::CpuBackend backend(absl::GetFlag(FLAGS_threads));
+  fulcrum::Backend& backend = **backend_or;
   fulcrum::WorkerAgent::Options options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
-  options.device = "cpu";
+  options.device = backend.Name();
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.slowdown = absl::GetFlag(FLAGS_slowdown);
   options.step_delay =

@@ -15,6 +15,8 @@
 namespace fulcrum {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // A buffer in backend memory, or an alias of host memory when the backend
 // can use host memory directly.
 class DeviceBuffer {
@@ -102,8 +104,20 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
   const int64_t pixels = sizes.front();
   const int64_t total = layout.total_size();
 
-  // Everything the step loop touches is allocated here, once.
+  // Everything the step loop touches is allocated here, once. The host
+  // buffers the data plane reads and writes are page-locked for a GPU.
   std::vector<float> params(total), grads(total);
+  backend_->RegisterHost(params.data(), total);
+  backend_->RegisterHost(grads.data(), total);
+  struct Unregister {
+    Backend* b;
+    float* p;
+    float* g;
+    ~Unregister() {
+      b->UnregisterHost(p);
+      b->UnregisterHost(g);
+    }
+  } unregister{backend_, params.data(), grads.data()};
   DeviceBuffer params_dev(backend_, params.data(), total);
   DeviceBuffer grads_dev(backend_, grads.data(), total);
   const int eval_batch = std::max(batch, options_.eval_batch);
@@ -115,6 +129,13 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
   std::unique_ptr<Mlp> eval_mlp;
   std::vector<int64_t> order;
   order.reserve(train->images.count);
+  // GPU: gradient copies in flight during backward (ticket, partitions).
+  struct PendingCopy {
+    int ticket;
+    int64_t first, last;  // partition ids, first >= last
+  };
+  std::vector<PendingCopy> pending;
+  pending.reserve(layout.partitions().size());
 
   const int64_t n = train->images.count;
   // Partitions in the order backward completes them (last layer first).
@@ -183,6 +204,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
                                        : last_step;
     for (int64_t step = version; step < step_limit && !stopped; ++step) {
       const auto step_start = std::chrono::steady_clock::now();
+      Clock::time_point first_push;
       Share share;
       PsClient::Range range;
       int64_t epoch = step / per_epoch;
@@ -250,6 +272,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
         backend_->CopyToDevice(x_host.data(), x_dev.get(),
                                share.count * pixels);
         int next = static_cast<int>(parts.size()) - 1;  // next to push
+        const bool host = backend_->HostAccessible();
         const double loss = mlp.ForwardBackward(
             params_dev.get(), x_dev.get(), y.data(),
             static_cast<int>(share.count), grads_dev.get(),
@@ -259,14 +282,32 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
               if (next == first_id) return;
               const Partition& lo = parts[next + 1];
               const Partition& hi = parts[first_id];
-              backend_->CopyToHost(grads_dev.get() + lo.offset,
-                                   grads.data() + lo.offset,
-                                   hi.offset + hi.size - lo.offset);
+              if (!host) {
+                // GPU: copy this bucket on the copy stream while backward
+                // goes on with earlier layers; push once it has arrived.
+                pending.push_back(
+                    {backend_->CopyToHostAsync(grads_dev.get() + lo.offset,
+                                               grads.data() + lo.offset,
+                                               hi.offset + hi.size - lo.offset),
+                     first_id, next + 1});
+                return;
+              }
+              if (first_push == Clock::time_point()) first_push = Clock::now();
               for (int64_t id = first_id; id > next; --id) {
                 client.Push(static_cast<int32_t>(id), step, share.count,
                             grads.data(), stop, range);
               }
             });
+        for (const PendingCopy& c : pending) {  // in backward's order
+          backend_->WaitCopy(c.ticket);
+          if (first_push == Clock::time_point()) first_push = Clock::now();
+          for (int64_t id = c.first; id >= c.last; --id) {
+            client.Push(static_cast<int32_t>(id), step, share.count,
+                        grads.data(), stop, range);
+          }
+        }
+        pending.clear();
+        RETURN_IF_ERROR(backend_->status());
         loss_avg = first_step ? loss : 0.95 * loss_avg + 0.05 * loss;
       } else {
         for (int id = static_cast<int>(parts.size()) - 1; id >= 0; --id) {
@@ -299,6 +340,17 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
                                    (1 - keep) * compute_ms);
       progress.set_step_wait_ms(keep * progress.step_wait_ms() +
                                 (1 - keep) * wait_ms);
+      // Overlap: the share of the communication (first push to the new
+      // parameters) that happened while this worker was still computing.
+      if (first_push != Clock::time_point()) {
+        const double comm_ms =
+            std::chrono::duration<double, std::milli>(received - first_push)
+                .count();
+        const double overlap =
+            comm_ms > 0 ? std::clamp(1.0 - wait_ms / comm_ms, 0.0, 1.0) : 0.0;
+        progress.set_overlap(keep * progress.overlap() + (1 - keep) * overlap);
+        if (m.overlap != nullptr) m.overlap->Set(progress.overlap());
+      }
       first_step = false;
       backend_->CopyToDevice(params.data(), params_dev.get(), total);
       stopped = stop_seen;

@@ -37,6 +37,11 @@ WorkerMetrics::WorkerMetrics(metrics::Registry& r)
       reconnects(r.AddCounter(
           "fulcrum_worker_stream_reconnects_total",
           "Data-plane streams re-opened after a broken connection.",
+          {"job_id"})),
+      overlap(r.AddGauge(
+          "fulcrum_worker_overlap_ratio",
+          "Share of the communication (first push to new parameters) hidden "
+          "behind this worker's compute (moving average).",
           {"job_id"})) {}
 
 WorkerMetrics::Job WorkerMetrics::ForJob(const std::string& job_id) {
@@ -49,7 +54,8 @@ WorkerMetrics::Job WorkerMetrics::ForJob(const std::string& job_id) {
           &loss.WithLabels({job_id}),
           &test_accuracy.WithLabels({job_id}),
           &rejoins.WithLabels({job_id}),
-          &reconnects.WithLabels({job_id})};
+          &reconnects.WithLabels({job_id}),
+          &overlap.WithLabels({job_id})};
 }
 
 }  // namespace fulcrum

@@ -25,6 +25,7 @@ struct WorkerMetrics {
     metrics::Gauge* test_accuracy;
     metrics::Counter* rejoins;
     metrics::Counter* reconnects;
+    metrics::Gauge* overlap;
   };
   Job ForJob(const std::string& job_id);
 
@@ -38,6 +39,7 @@ struct WorkerMetrics {
   metrics::Family<metrics::Gauge>& test_accuracy;
   metrics::Family<metrics::Counter>& rejoins;
   metrics::Family<metrics::Counter>& reconnects;
+  metrics::Family<metrics::Gauge>& overlap;
 };
 
 }  // namespace fulcrum

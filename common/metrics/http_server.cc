@@ -35,10 +35,21 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
       "request_timeout_ms", "10000",       nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
-  server->ctx_ = mg_start(&callbacks, server.get(), options);
+  mg_init_data init_data;
+  std::memset(&init_data, 0, sizeof(init_data));
+  init_data.callbacks = &callbacks;
+  init_data.user_data = server.get();
+  init_data.configuration_options = options;
+  char error_text[256] = {0};
+  mg_error_data error;
+  std::memset(&error, 0, sizeof(error));
+  error.text = error_text;
+  error.text_buffer_size = sizeof(error_text);
+  server->ctx_ = mg_start2(&init_data, &error);
   if (server->ctx_ == nullptr) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on ", ports, " (port in use or not permitted?)"));
+        "cannot serve metrics on ", ports, ": ",
+        error_text[0] != '\0' ? error_text : "civetweb did not start"));
   }
   mg_server_port bound[4];
   const int n = mg_get_server_ports(server->ctx_, 4, bound);

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace fulcrum {
 
 class Backend {
@@ -27,6 +29,23 @@ class Backend {
   virtual bool HostAccessible() const { return false; }
   // Waits until queued work is done (no-op on the CPU).
   virtual void Synchronize() {}
+  // The first error the backend hit (a failed kernel launch, an out-of-memory
+  // device), sticky; OK on the CPU.
+  virtual absl::Status status() const { return absl::OkStatus(); }
+
+  // Overlapping copies (a GPU backend copies on its own stream while compute
+  // continues): CopyToHostAsync starts copying what queued compute produced
+  // and returns a ticket; WaitCopy(ticket) returns once `host` holds it. The
+  // CPU backend copies at once.
+  virtual int CopyToHostAsync(const float* device, float* host, int64_t n) {
+    CopyToHost(device, host, n);
+    return 0;
+  }
+  virtual void WaitCopy(int ticket) {}
+  // Page-locks host memory the backend copies to and from (no-op on the
+  // CPU), so that copies run asynchronously at full bandwidth.
+  virtual void RegisterHost(float* host, int64_t n) {}
+  virtual void UnregisterHost(float* host) {}
 
   // c[m x n] = alpha * op(a) * op(b) + beta * c, op(x) = x or x^T.
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k,

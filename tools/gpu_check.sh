@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Every GPU verification of the CUDA backend (issue 6) in one script, for a
+# machine with an NVIDIA GPU and /usr/local/cuda but none of our Debian
+# libraries and no network:
+#
+#   tools/gpu_check.sh --prepare DIR   # here: build, then put the binaries,
+#                                      # every shared library they load (the
+#                                      # C library and its loader included,
+#                                      # CUDA's own excepted) and the dataset
+#                                      # into DIR
+#   DIR/gpu_check.sh                   # there: run everything, print one table
+#
+# The run: the CUDA backend's tests (each kernel and a whole training step
+# against the CPU backend), a 2-worker Fashion-MNIST job sharing one GPU to
+# its target, the same job's first steps on the CPU for the per-step compute
+# time, and the per-step benchmark next to PyTorch on the same GPU.
+set -uo pipefail
+
+prepare() {
+  local out=$1 here
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  cd "$here"
+  local targets="//worker/backend:cuda_backend_test //bench:gpu_step
+    //server/coordinator:fulcrum-coordinator //server/ps:fulcrum-server
+    //worker:fulcrum-worker //client:fulcrumctl
+    //worker/backend:libfulcrum_cuda.so"
+  bazel build --noshow_progress $targets || exit 1
+  rm -rf "$out"; mkdir -p "$out/bin" "$out/lib" "$out/data" "$out/bench"
+  local bins="worker/backend/cuda_backend_test bench/gpu_step
+    server/coordinator/fulcrum-coordinator server/ps/fulcrum-server
+    worker/fulcrum-worker client/fulcrumctl worker/backend/libfulcrum_cuda.so" b lib
+  for b in $bins; do
+    cp "bazel-bin/$b" "$out/bin/"
+    # Every library it loads, except CUDA's (the GPU machine has those).
+    ldd "bazel-bin/$b" | awk '/=> \// {print $3} /^\s*\/lib64\// {print $1}' |
+      grep -v '^/usr/local/cuda' | while read -r lib; do
+        cp -L -n "$lib" "$out/lib/" 2>/dev/null || true
+      done
+  done
+  cp -L /lib64/ld-linux-x86-64.so.2 "$out/lib/"
+  cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$out/data/"
+  cp bench/torch_gpu_step.py "$out/bench/"
+  cp "$0" "$out/gpu_check.sh"
+  bazel shutdown >/dev/null 2>&1
+  du -sh "$out"
+}
+
+if [ "${1:-}" = "--prepare" ]; then
+  prepare "${2:?usage: tools/gpu_check.sh --prepare DIR}"
+  exit 0
+fi
+
+# ---- the run, from DIR ----
+D=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# Run through the carried loader, /proc/self/exe is the loader: name the
+# worker's CUDA plugin explicitly.
+export FULCRUM_CUDA_PLUGIN=$D/bin/libfulcrum_cuda.so
+run() {  # a carried binary through the carried loader and libraries
+  local b=$1; shift
+  "$D/lib/ld-linux-x86-64.so.2" --library-path "$D/lib:/usr/local/cuda/lib64" \
+    "$D/bin/$b" "$@"
+}
+work=$(mktemp -d /tmp/fulcrum-gpu.XXXXXX)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null; sleep 1; kill -9 "${pids[@]}" 2>/dev/null; }
+trap cleanup EXIT
+gpu=none
+command -v nvidia-smi >/dev/null && gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "GPU: $gpu"
+
+# 1. Kernel and training-step tests.
+run cuda_backend_test --gtest_output=xml:"$work/cuda_test.xml" >"$work/cuda_test.log" 2>&1
+tests_rc=$?
+tests=$(grep -o '<testsuites [^>]*>' "$work/cuda_test.xml" 2>/dev/null |
+  sed -E 's/.* tests="([0-9]+)".* failures="([0-9]+)".*/\1 tests, \2 failed/')
+skipped=$(grep -c '<skipped' "$work/cuda_test.xml" 2>/dev/null || true)
+echo "cuda_backend_test: exit $tests_rc, $tests, $skipped skipped"
+
+# 2. A local cluster; a 2-worker job on one device, to the target.
+cluster() {  # device
+  local device=$1 port
+  port=$(( 20000 + RANDOM % 20000 ))
+  run fulcrum-coordinator --listen=127.0.0.1:$port --heartbeat_ms=200 \
+    --metrics_port=-1 2>"$work/coordinator-$device.log" & pids+=($!)
+  sleep 1
+  run fulcrum-server --listen=127.0.0.1:0 --coordinator=127.0.0.1:$port \
+    --metrics_port=-1 2>"$work/shard-$device.log" & pids+=($!)
+  for i in 1 2; do
+    run fulcrum-worker --coordinator=127.0.0.1:$port --device="$device" \
+      --max_jobs=1 --metrics_port=-1 2>"$work/worker$i-$device.log" & pids+=($!)
+  done
+  echo "127.0.0.1:$port"
+}
+job() {  # name max_steps target
+  cat >"$work/$1.yaml" <<YAML
+name: $1
+model: {type: mlp, layers: [784, 256, 128, 10]}
+dataset: {dir: $D/data}
+optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
+batch_size: 64
+epochs: 15
+max_steps: $2
+target_accuracy: $3
+workers: {min: 2, max: 2}
+shards: 1
+eval_every_steps: 100
+YAML
+  echo "$work/$1.yaml"
+}
+field() { grep -o "\"$1\": [^,]*" "$2" | head -1 | sed -E 's/.*: "?([^"]*)"?/\1/'; }
+train() {  # device max_steps target -> json file
+  local coord json=$work/$1.json
+  coord=$(cluster "$1")
+  local id
+  id=$(run fulcrumctl --coordinator="$coord" submit "$(job "job-$1" "$2" "$3")" | head -1)
+  timeout 600 "$D/lib/ld-linux-x86-64.so.2" --library-path "$D/lib" "$D/bin/fulcrumctl" \
+    --coordinator="$coord" status "$id" --watch >"$work/watch-$1.log" 2>&1
+  run fulcrumctl --coordinator="$coord" status "$id" --json >"$json" 2>/dev/null
+  cleanup; pids=()
+  echo "$json"
+}
+if [ "$gpu" != none ]; then
+  gj=$(train cuda:0 0 0.88)
+  echo "GPU job: $(field state "$gj") $(field message "$gj")"
+fi
+cj=$(train cpu 600 0)
+
+# 3. Per-step time, Fulcrum vs PyTorch on the same GPU.
+bench=$work/bench.txt
+: >"$bench"
+if [ "$gpu" != none ]; then
+  run gpu_step --device cuda:0 >>"$bench" 2>&1
+  run gpu_step --device cuda:0 --tf32 >>"$bench" 2>&1
+  python3 "$D/bench/torch_gpu_step.py" >>"$bench" 2>&1
+  python3 "$D/bench/torch_gpu_step.py" --tf32 >>"$bench" 2>&1
+fi
+run gpu_step --device cpu --steps 50 >>"$bench" 2>&1
+
+echo
+echo "==================== GPU check summary ===================="
+printf "%-34s %s\n" "GPU" "$gpu"
+printf "%-34s %s\n" "cuda_backend_test" "exit $tests_rc: $tests, $skipped skipped"
+if [ "$gpu" != none ]; then
+  printf "%-34s %s\n" "2 workers on one GPU" "$(field state "$gj"): $(field message "$gj")"
+  printf "%-34s %s ms\n" "step compute, GPU worker" "$(field step_compute_ms "$gj")"
+  printf "%-34s %s ms\n" "step wait, GPU worker" "$(field step_wait_ms "$gj")"
+  printf "%-34s %s\n" "overlap (comm hidden by compute)" "$(field overlap "$gj")"
+  printf "%-34s %s\n" "samples/s (job, GPU)" "$(field samples_per_sec "$gj")"
+fi
+printf "%-34s %s ms\n" "step compute, CPU worker" "$(field step_compute_ms "$cj")"
+printf "%-34s %s\n" "samples/s (job, CPU, 600 steps)" "$(field samples_per_sec "$cj")"
+echo "per-step time (forward+backward, batch 64):"
+sed 's/^/  /' "$bench"
+echo "logs: $work"

@@ -1,0 +1,337 @@
+#include "worker/backend/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "worker/backend/cuda_kernels.h"
+
+namespace fulcrum {
+namespace {
+
+std::string CudaError(cudaError_t e) {
+  return absl::StrCat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
+
+std::string CublasError(cublasStatus_t s) {
+  return absl::StrCat("cuBLAS status ", static_cast<int>(s));
+}
+
+// cuBLAS, loaded when the first CudaBackend is created rather than linked:
+// libcublasLt's ~94 KiB of thread-local storage would otherwise count
+// against every thread's stack, and libraries that create threads with
+// small stacks (civetweb's metrics server) then fail with EINVAL. A
+// dlopen'ed library's TLS is allocated per thread on demand instead.
+struct Cublas {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  std::string error;
+};
+
+const Cublas& LoadCublas() {
+  static const Cublas* loaded = [] {
+    auto* c = new Cublas;
+    void* lib = nullptr;
+    for (const char* name :
+         {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13",
+          "libcublas.so"}) {
+      lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (lib != nullptr) break;
+    }
+    if (lib == nullptr) {
+      c->error = absl::StrCat("cannot load cuBLAS: ", dlerror());
+      return c;
+    }
+    c->create = reinterpret_cast<decltype(c->create)>(
+        dlsym(lib, "cublasCreate_v2"));
+    c->destroy = reinterpret_cast<decltype(c->destroy)>(
+        dlsym(lib, "cublasDestroy_v2"));
+    c->set_stream = reinterpret_cast<decltype(c->set_stream)>(
+        dlsym(lib, "cublasSetStream_v2"));
+    c->set_math_mode = reinterpret_cast<decltype(c->set_math_mode)>(
+        dlsym(lib, "cublasSetMathMode"));
+    c->sgemm =
+        reinterpret_cast<decltype(c->sgemm)>(dlsym(lib, "cublasSgemm_v2"));
+    if (!c->create || !c->destroy || !c->set_stream || !c->set_math_mode ||
+        !c->sgemm) {
+      c->error = "cuBLAS lacks an expected function";
+    }
+    return c;
+  }();
+  return *loaded;
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  int device = 0;
+  cudaStream_t compute = nullptr;
+  cudaStream_t copy = nullptr;
+  cublasHandle_t blas = nullptr;
+  // Per-row scratch for softmax cross-entropy, device and page-locked host.
+  int rows_capacity = 0;
+  int32_t* labels_dev = nullptr;
+  double* loss_dev = nullptr;
+  int32_t* correct_dev = nullptr;
+  int32_t* labels_host = nullptr;
+  double* loss_host = nullptr;
+  int32_t* correct_host = nullptr;
+  // Async copies: one event per ticket, reused round-robin.
+  std::vector<cudaEvent_t> ready;  // compute reached the copy point
+  std::vector<cudaEvent_t> done;   // the copy finished
+  int next_ticket = 0;
+};
+
+int CudaBackend::DeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    Options options) {
+  const int count = DeviceCount();
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        "no CUDA device (no GPU or no driver visible to this process)");
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device must be in [0, ", count, "), got cuda:",
+                     options.device));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->device = options.device;
+  cudaError_t e = cudaSetDevice(options.device);
+  if (e == cudaSuccess)
+    e = cudaStreamCreateWithFlags(&impl->compute, cudaStreamNonBlocking);
+  if (e == cudaSuccess)
+    e = cudaStreamCreateWithFlags(&impl->copy, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat("cuda:", options.device, ": ", CudaError(e)));
+  }
+  const Cublas& blas = LoadCublas();
+  if (!blas.error.empty()) return absl::FailedPreconditionError(blas.error);
+  cublasStatus_t b = blas.create(&impl->blas);
+  if (b == CUBLAS_STATUS_SUCCESS)
+    b = blas.set_stream(impl->blas, impl->compute);
+  if (b == CUBLAS_STATUS_SUCCESS) {
+    b = blas.set_math_mode(impl->blas, options.tf32
+                                           ? CUBLAS_TF32_TENSOR_OP_MATH
+                                           : CUBLAS_DEFAULT_MATH);
+  }
+  if (b != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(
+        absl::StrCat("cuda:", options.device, ": ", CublasError(b)));
+  }
+  constexpr int kTickets = 64;
+  for (int i = 0; i < kTickets; ++i) {
+    cudaEvent_t r, d;
+    cudaEventCreateWithFlags(&r, cudaEventDisableTiming);
+    cudaEventCreateWithFlags(&d, cudaEventDisableTiming);
+    impl->ready.push_back(r);
+    impl->done.push_back(d);
+  }
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, options.device);
+  std::string name = absl::StrCat("cuda:", options.device, " (", prop.name,
+                                  options.tf32 ? ", tf32" : "", ")");
+  return std::unique_ptr<CudaBackend>(
+      new CudaBackend(std::move(impl), std::move(name)));
+}
+
+CudaBackend::CudaBackend(std::unique_ptr<Impl> impl, std::string name)
+    : impl_(std::move(impl)), name_(std::move(name)) {}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(impl_->compute);
+  cudaStreamSynchronize(impl_->copy);
+  for (cudaEvent_t e : impl_->ready) cudaEventDestroy(e);
+  for (cudaEvent_t e : impl_->done) cudaEventDestroy(e);
+  cudaFree(impl_->labels_dev);
+  cudaFree(impl_->loss_dev);
+  cudaFree(impl_->correct_dev);
+  cudaFreeHost(impl_->labels_host);
+  cudaFreeHost(impl_->loss_host);
+  cudaFreeHost(impl_->correct_host);
+  if (impl_->blas != nullptr) LoadCublas().destroy(impl_->blas);
+  cudaStreamDestroy(impl_->compute);
+  cudaStreamDestroy(impl_->copy);
+}
+
+bool CudaBackend::Check(bool ok, const std::string& what) {
+  if (!ok && status_.ok()) {
+    status_ = absl::InternalError(absl::StrCat(name_, ": ", what));
+    std::cerr << "fulcrum-worker: " << status_ << "\n";
+  }
+  return ok;
+}
+
+float* CudaBackend::Allocate(int64_t n) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<int64_t>(n, 1) * sizeof(float));
+  if (e != cudaSuccess) {
+    std::cerr << "fulcrum-worker: " << name_ << ": cannot allocate " << n
+              << " floats: " << CudaError(e) << "\n";
+    std::abort();  // Backend contract: never null
+  }
+  return static_cast<float*>(p);
+}
+
+void CudaBackend::Free(float* p) { cudaFree(p); }
+
+void CudaBackend::CopyToDevice(const float* host, float* device, int64_t n) {
+  // Ordered with compute: later kernels see the new values.
+  const cudaError_t e = cudaMemcpyAsync(device, host, n * sizeof(float),
+                                        cudaMemcpyHostToDevice, impl_->compute);
+  Check(e == cudaSuccess, "copy to device: " + CudaError(e));
+}
+
+void CudaBackend::CopyToHost(const float* device, float* host, int64_t n) {
+  cudaError_t e = cudaMemcpyAsync(host, device, n * sizeof(float),
+                                  cudaMemcpyDeviceToHost, impl_->compute);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(impl_->compute);
+  Check(e == cudaSuccess, "copy to host: " + CudaError(e));
+}
+
+int CudaBackend::CopyToHostAsync(const float* device, float* host, int64_t n) {
+  const int ticket = impl_->next_ticket;
+  impl_->next_ticket = (ticket + 1) % static_cast<int>(impl_->ready.size());
+  // The copy stream waits for compute to reach this point, then copies
+  // while compute goes on with earlier layers.
+  cudaError_t e = cudaEventRecord(impl_->ready[ticket], impl_->compute);
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(impl_->copy, impl_->ready[ticket], 0);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(host, device, n * sizeof(float),
+                        cudaMemcpyDeviceToHost, impl_->copy);
+  if (e == cudaSuccess) e = cudaEventRecord(impl_->done[ticket], impl_->copy);
+  Check(e == cudaSuccess, "async copy to host: " + CudaError(e));
+  return ticket;
+}
+
+void CudaBackend::WaitCopy(int ticket) {
+  const cudaError_t e = cudaEventSynchronize(impl_->done[ticket]);
+  Check(e == cudaSuccess, "waiting for a copy: " + CudaError(e));
+}
+
+void CudaBackend::RegisterHost(float* host, int64_t n) {
+  const cudaError_t e =
+      cudaHostRegister(host, n * sizeof(float), cudaHostRegisterDefault);
+  if (e != cudaSuccess) cudaGetLastError();  // pageable still works, slower
+}
+
+void CudaBackend::UnregisterHost(float* host) {
+  if (cudaHostUnregister(host) != cudaSuccess) cudaGetLastError();
+}
+
+void CudaBackend::Synchronize() {
+  cudaError_t e = cudaStreamSynchronize(impl_->compute);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(impl_->copy);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  Check(e == cudaSuccess, "synchronize: " + CudaError(e));
+}
+
+void CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                       float alpha, const float* a, const float* b, float beta,
+                       float* c) {
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  const cublasStatus_t s = LoadCublas().sgemm(
+      impl_->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
+      &beta, c, n);
+  Check(s == CUBLAS_STATUS_SUCCESS, "gemm: " + CublasError(s));
+}
+
+void CudaBackend::AddBias(int rows, int cols, const float* bias, float* x) {
+  cuda::AddBias(rows, cols, bias, x, impl_->compute);
+}
+
+void CudaBackend::BiasGrad(int rows, int cols, const float* dy, float* db) {
+  cuda::BiasGrad(rows, cols, dy, db, impl_->compute);
+}
+
+void CudaBackend::Relu(int64_t n, float* x) {
+  cuda::Relu(n, x, impl_->compute);
+}
+
+void CudaBackend::ReluGrad(int64_t n, const float* y, float* dy) {
+  cuda::ReluGrad(n, y, dy, impl_->compute);
+}
+
+bool CudaBackend::RunSoftmax(int rows, int cols, const float* logits,
+                             const int32_t* labels, float scale,
+                             float* dlogits) {
+  Impl& d = *impl_;
+  if (rows > d.rows_capacity) {
+    cudaFree(d.labels_dev);
+    cudaFree(d.loss_dev);
+    cudaFree(d.correct_dev);
+    cudaFreeHost(d.labels_host);
+    cudaFreeHost(d.loss_host);
+    cudaFreeHost(d.correct_host);
+    cudaError_t e = cudaMalloc(&d.labels_dev, rows * sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMalloc(&d.loss_dev, rows * sizeof(double));
+    if (e == cudaSuccess)
+      e = cudaMalloc(&d.correct_dev, rows * sizeof(int32_t));
+    if (e == cudaSuccess)
+      e = cudaMallocHost(&d.labels_host, rows * sizeof(int32_t));
+    if (e == cudaSuccess)
+      e = cudaMallocHost(&d.loss_host, rows * sizeof(double));
+    if (e == cudaSuccess)
+      e = cudaMallocHost(&d.correct_host, rows * sizeof(int32_t));
+    if (!Check(e == cudaSuccess, "softmax scratch: " + CudaError(e)))
+      return false;
+    d.rows_capacity = rows;
+  }
+  std::copy(labels, labels + rows, d.labels_host);
+  cudaError_t e = cudaMemcpyAsync(d.labels_dev, d.labels_host,
+                                  rows * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, d.compute);
+  if (e == cudaSuccess) {
+    cuda::SoftmaxCrossEntropy(rows, cols, logits, d.labels_dev, scale, dlogits,
+                              d.loss_dev, d.correct_dev, d.compute);
+    e = cudaGetLastError();
+  }
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(d.loss_host, d.loss_dev, rows * sizeof(double),
+                        cudaMemcpyDeviceToHost, d.compute);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(d.correct_host, d.correct_dev, rows * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, d.compute);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(d.compute);
+  return Check(e == cudaSuccess, "softmax cross-entropy: " + CudaError(e));
+}
+
+double CudaBackend::SoftmaxCrossEntropy(int rows, int cols,
+                                        const float* logits,
+                                        const int32_t* labels, float scale,
+                                        float* dlogits) {
+  if (!RunSoftmax(rows, cols, logits, labels, scale, dlogits)) return 0.0;
+  double loss = 0.0;
+  for (int r = 0; r < rows; ++r) loss += impl_->loss_host[r];
+  return loss;
+}
+
+int64_t CudaBackend::CountCorrect(int rows, int cols, const float* logits,
+                                  const int32_t* labels) {
+  if (!RunSoftmax(rows, cols, logits, labels, 0.0f, nullptr)) return 0;
+  int64_t correct = 0;
+  for (int r = 0; r < rows; ++r) correct += impl_->correct_host[r];
+  return correct;
+}
+
+}  // namespace fulcrum

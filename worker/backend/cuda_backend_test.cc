@@ -1,0 +1,213 @@
+// CudaBackend against CpuBackend, kernel by kernel and for a whole training
+// step. On a machine without a GPU every comparison skips with "no CUDA
+// device" (and one test checks that Create says exactly that).
+#include "worker/backend/cuda_backend.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/tensor/layout.h"
+#include "gtest/gtest.h"
+#include "worker/backend/cpu_backend.h"
+#include "worker/model/mlp.h"
+
+namespace fulcrum {
+namespace {
+
+std::vector<float> Random(int64_t n, uint64_t seed, float lo = -1.0f,
+                          float hi = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// max |a - b| / max(|b|, 1): relative error with an absolute floor at 1.
+double MaxRelError(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::abs(double{a[i]} - b[i]) /
+                                std::max(1.0, std::abs(double{b[i]})));
+  }
+  return worst;
+}
+
+TEST(CudaBackendCreateTest, SaysNoCudaDeviceWhereThereIsNone) {
+  if (CudaBackend::DeviceCount() > 0) {
+    auto bad = CudaBackend::Create({.device = CudaBackend::DeviceCount()});
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find("device"), std::string::npos);
+    return;
+  }
+  auto none = CudaBackend::Create({});
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("no CUDA device"), std::string::npos);
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaBackend::DeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device";
+    }
+    auto created = CudaBackend::Create({});
+    ASSERT_TRUE(created.ok()) << created.status();
+    gpu_ = std::move(*created);
+  }
+  void TearDown() override {
+    if (gpu_ != nullptr) EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+  }
+
+  // Device copy of `host`, freed with the fixture.
+  float* Up(const std::vector<float>& host) {
+    float* d = gpu_->Allocate(static_cast<int64_t>(host.size()));
+    gpu_->CopyToDevice(host.data(), d, static_cast<int64_t>(host.size()));
+    owned_.push_back(d);
+    return d;
+  }
+  std::vector<float> Down(const float* d, int64_t n) {
+    std::vector<float> host(n);
+    gpu_->CopyToHost(d, host.data(), n);
+    return host;
+  }
+  ~CudaBackendTest() override {
+    for (float* p : owned_) gpu_->Free(p);
+  }
+
+  CpuBackend cpu_;
+  std::unique_ptr<CudaBackend> gpu_;
+  std::vector<float*> owned_;
+};
+
+TEST_F(CudaBackendTest, GemmMatchesTheCpuInEveryTransposition) {
+  const int m = 37, n = 29, k = 53;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const auto a = Random(m * k, 1), b = Random(k * n, 2),
+                 c0 = Random(m * n, 3);
+      std::vector<float> want = c0;
+      cpu_.Gemm(ta, tb, m, n, k, 0.5f, a.data(), b.data(), 0.25f, want.data());
+      float* c = Up(c0);
+      gpu_->Gemm(ta, tb, m, n, k, 0.5f, Up(a), Up(b), 0.25f, c);
+      EXPECT_LE(MaxRelError(Down(c, m * n), want), 1e-4)
+          << "trans_a " << ta << " trans_b " << tb;
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, Tf32GemmIsWithinItsLooserTolerance) {
+  auto tf32 = CudaBackend::Create({.device = 0, .tf32 = true});
+  ASSERT_TRUE(tf32.ok()) << tf32.status();
+  const int m = 64, n = 64, k = 256;
+  const auto a = Random(m * k, 4), b = Random(k * n, 5);
+  std::vector<float> want(m * n, 0.0f);
+  cpu_.Gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, want.data());
+  float* da = (*tf32)->Allocate(m * k);
+  float* db = (*tf32)->Allocate(k * n);
+  float* dc = (*tf32)->Allocate(m * n);
+  (*tf32)->CopyToDevice(a.data(), da, m * k);
+  (*tf32)->CopyToDevice(b.data(), db, k * n);
+  (*tf32)->Gemm(false, false, m, n, k, 1.0f, da, db, 0.0f, dc);
+  std::vector<float> got(m * n);
+  (*tf32)->CopyToHost(dc, got.data(), m * n);
+  // TF32 keeps 10 mantissa bits: sums of 256 products agree to ~1e-2.
+  EXPECT_LE(MaxRelError(got, want), 1e-2);
+  (*tf32)->Free(da);
+  (*tf32)->Free(db);
+  (*tf32)->Free(dc);
+}
+
+TEST_F(CudaBackendTest, BiasReluAndTheirGradients) {
+  const int rows = 70, cols = 45;
+  const auto x0 = Random(rows * cols, 6), bias = Random(cols, 7);
+  std::vector<float> want = x0;
+  cpu_.AddBias(rows, cols, bias.data(), want.data());
+  float* x = Up(x0);
+  gpu_->AddBias(rows, cols, Up(bias), x);
+  EXPECT_LE(MaxRelError(Down(x, rows * cols), want), 1e-6);
+
+  std::vector<float> db_want(cols);
+  cpu_.BiasGrad(rows, cols, x0.data(), db_want.data());
+  float* db = Up(std::vector<float>(cols, 0.0f));
+  gpu_->BiasGrad(rows, cols, Up(x0), db);
+  EXPECT_LE(MaxRelError(Down(db, cols), db_want), 1e-5);
+
+  std::vector<float> relu_want = x0;
+  cpu_.Relu(rows * cols, relu_want.data());
+  float* r = Up(x0);
+  gpu_->Relu(rows * cols, r);
+  EXPECT_EQ(Down(r, rows * cols), relu_want);
+
+  const auto dy0 = Random(rows * cols, 8);
+  std::vector<float> dy_want = dy0;
+  cpu_.ReluGrad(rows * cols, relu_want.data(), dy_want.data());
+  float* dy = Up(dy0);
+  gpu_->ReluGrad(rows * cols, r, dy);
+  EXPECT_EQ(Down(dy, rows * cols), dy_want);
+}
+
+TEST_F(CudaBackendTest, SoftmaxCrossEntropyAndAccuracy) {
+  const int rows = 100, cols = 10;
+  const auto z = Random(rows * cols, 9, -4.0f, 4.0f);
+  std::vector<int32_t> labels(rows);
+  for (int r = 0; r < rows; ++r) labels[r] = (r * 7) % cols;
+  std::vector<float> dz_want(rows * cols);
+  const double loss_want = cpu_.SoftmaxCrossEntropy(
+      rows, cols, z.data(), labels.data(), 1.0f / rows, dz_want.data());
+  float* dz = Up(std::vector<float>(rows * cols, 0.0f));
+  float* dzl = Up(z);
+  const double loss =
+      gpu_->SoftmaxCrossEntropy(rows, cols, dzl, labels.data(), 1.0f / rows, dz);
+  EXPECT_NEAR(loss, loss_want, 1e-6 * std::abs(loss_want));
+  EXPECT_LE(MaxRelError(Down(dz, rows * cols), dz_want), 1e-6);
+  EXPECT_EQ(gpu_->CountCorrect(rows, cols, dzl, labels.data()),
+            cpu_.CountCorrect(rows, cols, z.data(), labels.data()));
+}
+
+TEST_F(CudaBackendTest, AsyncCopiesDeliverWhatComputeProduced) {
+  const int n = 1 << 16;
+  float* x = Up(Random(n, 10));
+  std::vector<float> host(n, 0.0f);
+  gpu_->RegisterHost(host.data(), n);
+  gpu_->Relu(n, x);  // queued on the compute stream
+  const int ticket = gpu_->CopyToHostAsync(x, host.data(), n);
+  gpu_->WaitCopy(ticket);
+  std::vector<float> want = Random(n, 10);
+  cpu_.Relu(n, want.data());
+  EXPECT_EQ(host, want);
+  gpu_->UnregisterHost(host.data());
+}
+
+TEST_F(CudaBackendTest, AWholeTrainingStepMatchesTheCpu) {
+  auto layout = ParameterLayout::ForMlp({784, 256, 128, 10}, 2, 1 << 20);
+  ASSERT_TRUE(layout.ok());
+  const int64_t total = layout->total_size();
+  std::vector<float> params(total);
+  InitializeParameters(*layout, 1, 0, total, params.data());
+  const int batch = 64;
+  const auto x = Random(int64_t{batch} * 784, 11, 0.0f, 1.0f);
+  std::vector<int32_t> y(batch);
+  for (int i = 0; i < batch; ++i) y[i] = i % 10;
+
+  Mlp cpu_mlp(&cpu_, *layout, batch);
+  std::vector<float> cpu_grads(total);
+  const double cpu_loss = cpu_mlp.ForwardBackward(
+      params.data(), x.data(), y.data(), batch, cpu_grads.data(),
+      [](int64_t) {});
+
+  Mlp gpu_mlp(gpu_.get(), *layout, batch);
+  float* grads = Up(std::vector<float>(total, 0.0f));
+  std::vector<int64_t> ready;
+  const double gpu_loss = gpu_mlp.ForwardBackward(
+      Up(params), Up(x), y.data(), batch, grads,
+      [&ready](int64_t from) { ready.push_back(from); });
+  EXPECT_NEAR(gpu_loss, cpu_loss, 1e-4 * std::abs(cpu_loss));
+  EXPECT_LE(MaxRelError(Down(grads, total), cpu_grads), 1e-4);
+  ASSERT_FALSE(ready.empty());
+  EXPECT_EQ(ready.back(), 0) << "every gradient reported ready";
+}
+
+}  // namespace
+}  // namespace fulcrum

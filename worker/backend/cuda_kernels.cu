@@ -1,0 +1,143 @@
+#include <cuda_runtime.h>
+
+#include "worker/backend/cuda_kernels.h"
+
+namespace fulcrum::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+int Blocks(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 65535 * 16 ? b : 65535 * 16);
+}
+
+__global__ void AddBiasKernel(int rows, int cols, const float* bias,
+                              float* x) {
+  const int64_t n = static_cast<int64_t>(rows) * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] += bias[i % cols];
+  }
+}
+
+// One block per 32 columns; threads stride over rows, then reduce in shared
+// memory: a deterministic sum order for a given launch shape.
+__global__ void BiasGradKernel(int rows, int cols, const float* dy,
+                               float* db) {
+  __shared__ float partial[8][32];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (int r = threadIdx.y; r < rows; r += blockDim.y)
+      sum += dy[static_cast<int64_t>(r) * cols + c];
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int y = 0; y < blockDim.y; ++y) total += partial[y][threadIdx.x];
+    db[c] = total;
+  }
+}
+
+__global__ void ReluKernel(int64_t n, float* x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  }
+}
+
+__global__ void ReluGradKernel(int64_t n, const float* y, float* dy) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (y[i] <= 0.0f) dy[i] = 0.0f;
+  }
+}
+
+// One warp per row (classes are few: 10 for the reference model).
+__global__ void SoftmaxCrossEntropyKernel(int rows, int cols,
+                                          const float* logits,
+                                          const int32_t* labels, float scale,
+                                          float* dlogits, double* loss,
+                                          int32_t* correct) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const float* z = logits + static_cast<int64_t>(row) * cols;
+  float max = -INFINITY;
+  int arg = 0;
+  for (int c = lane; c < cols; c += 32) {
+    if (z[c] > max) {
+      max = z[c];
+      arg = c;
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_down_sync(0xffffffffu, max, offset);
+    const int other_arg = __shfl_down_sync(0xffffffffu, arg, offset);
+    if (other > max || (other == max && other_arg < arg)) {
+      max = other;
+      arg = other_arg;
+    }
+  }
+  max = __shfl_sync(0xffffffffu, max, 0);
+  arg = __shfl_sync(0xffffffffu, arg, 0);
+  double sum = 0.0;
+  for (int c = lane; c < cols; c += 32) sum += exp(double(z[c] - max));
+  for (int offset = 16; offset > 0; offset /= 2)
+    sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  sum = __shfl_sync(0xffffffffu, sum, 0);
+  const double log_sum = log(sum);
+  const int label = labels[row];
+  if (dlogits != nullptr) {
+    float* dz = dlogits + static_cast<int64_t>(row) * cols;
+    for (int c = lane; c < cols; c += 32) {
+      const double p = exp(double(z[c] - max) - log_sum);
+      dz[c] = static_cast<float>((p - (c == label ? 1.0 : 0.0)) * scale);
+    }
+  }
+  if (lane == 0) {
+    loss[row] = log_sum - double(z[label] - max);
+    correct[row] = arg == label ? 1 : 0;
+  }
+}
+
+}  // namespace
+
+void AddBias(int rows, int cols, const float* bias, float* x, void* stream) {
+  const int64_t n = static_cast<int64_t>(rows) * cols;
+  if (n == 0) return;
+  AddBiasKernel<<<Blocks(n), kThreads, 0, S(stream)>>>(rows, cols, bias, x);
+}
+
+void BiasGrad(int rows, int cols, const float* dy, float* db, void* stream) {
+  if (cols == 0) return;
+  const dim3 block(32, 8);
+  BiasGradKernel<<<(cols + 31) / 32, block, 0, S(stream)>>>(rows, cols, dy,
+                                                             db);
+}
+
+void Relu(int64_t n, float* x, void* stream) {
+  if (n == 0) return;
+  ReluKernel<<<Blocks(n), kThreads, 0, S(stream)>>>(n, x);
+}
+
+void ReluGrad(int64_t n, const float* y, float* dy, void* stream) {
+  if (n == 0) return;
+  ReluGradKernel<<<Blocks(n), kThreads, 0, S(stream)>>>(n, y, dy);
+}
+
+void SoftmaxCrossEntropy(int rows, int cols, const float* logits,
+                         const int32_t* labels, float scale, float* dlogits,
+                         double* loss, int32_t* correct, void* stream) {
+  if (rows == 0) return;
+  constexpr int kRowsPerBlock = 8;
+  SoftmaxCrossEntropyKernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock,
+                              32 * kRowsPerBlock, 0, S(stream)>>>(
+      rows, cols, logits, labels, scale, dlogits, loss, correct);
+}
+
+}  // namespace fulcrum::cuda
