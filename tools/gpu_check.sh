@@ -40,6 +40,9 @@ prepare() {
   cp -L /lib64/ld-linux-x86-64.so.2 "$out/lib/"
   cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$out/data/"
   cp bench/torch_gpu_step.py "$out/bench/"
+  # One compressed bundle keeps DIR under the 64 MiB a device run carries.
+  tar -C "$out" -cf - bin lib bench | xz -T2 -4 >"$out/bundle.tar.xz"
+  rm -rf "$out/bin" "$out/lib" "$out/bench"
   cp "$0" "$out/gpu_check.sh"
   bazel shutdown >/dev/null 2>&1
   du -sh "$out"
@@ -52,6 +55,12 @@ fi
 
 # ---- the run, from DIR ----
 D=$(cd "$(dirname "$0")" && pwd)
+DATA=$D/data
+if [ -f "$D/bundle.tar.xz" ]; then  # unpack the binaries and libraries
+  unpacked=$(mktemp -d /tmp/fulcrum-bundle.XXXXXX)
+  tar -C "$unpacked" -xJf "$D/bundle.tar.xz" || exit 1
+  D=$unpacked
+fi
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 # Run through the carried loader, /proc/self/exe is the loader: name the
 # worker's CUDA plugin explicitly.
@@ -63,7 +72,11 @@ run() {  # a carried binary through the carried loader and libraries
 }
 work=$(mktemp -d /tmp/fulcrum-gpu.XXXXXX)
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null; sleep 1; kill -9 "${pids[@]}" 2>/dev/null; }
+cleanup() {
+  [ ${#pids[@]} -eq 0 ] && return
+  kill "${pids[@]}" 2>/dev/null; sleep 1; kill -9 "${pids[@]}" 2>/dev/null
+  wait "${pids[@]}" 2>/dev/null
+}
 trap cleanup EXIT
 gpu=none
 command -v nvidia-smi >/dev/null && gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -78,25 +91,31 @@ skipped=$(grep -c '<skipped' "$work/cuda_test.xml" 2>/dev/null || true)
 echo "cuda_backend_test: exit $tests_rc, $tests, $skipped skipped"
 
 # 2. A local cluster; a 2-worker job on one device, to the target.
-cluster() {  # device
-  local device=$1 port
-  port=$(( 20000 + RANDOM % 20000 ))
-  run fulcrum-coordinator --listen=127.0.0.1:$port --heartbeat_ms=200 \
-    --metrics_port=-1 2>"$work/coordinator-$device.log" & pids+=($!)
-  sleep 1
-  run fulcrum-server --listen=127.0.0.1:0 --coordinator=127.0.0.1:$port \
-    --metrics_port=-1 2>"$work/shard-$device.log" & pids+=($!)
+start() {  # log binary args...: in the background, its pid in pids
+  local log=$1 b=$2; shift 2
+  "$D/lib/ld-linux-x86-64.so.2" --library-path "$D/lib:/usr/local/cuda/lib64" \
+    "$D/bin/$b" "$@" >"$log" 2>&1 </dev/null &
+  pids+=($!)
+}
+cluster() {  # device; sets COORD
+  local device=$1 i
+  rm -f "$work/coordinator.port"
+  start "$work/coordinator-${device/:/}.log" fulcrum-coordinator \
+    --listen=127.0.0.1:0 --port_file="$work/coordinator.port" --heartbeat_ms=200
+  for i in $(seq 100); do [ -s "$work/coordinator.port" ] && break; sleep 0.1; done
+  COORD=127.0.0.1:$(cat "$work/coordinator.port")
+  start "$work/shard-${device/:/}.log" fulcrum-server --listen=127.0.0.1:0 \
+    --coordinator="$COORD"
   for i in 1 2; do
-    run fulcrum-worker --coordinator=127.0.0.1:$port --device="$device" \
-      --max_jobs=1 --metrics_port=-1 2>"$work/worker$i-$device.log" & pids+=($!)
+    start "$work/worker$i-${device/:/}.log" fulcrum-worker --coordinator="$COORD" \
+      --device="$device" --max_jobs=1
   done
-  echo "127.0.0.1:$port"
 }
 job() {  # name max_steps target
   cat >"$work/$1.yaml" <<YAML
 name: $1
 model: {type: mlp, layers: [784, 256, 128, 10]}
-dataset: {dir: $D/data}
+dataset: {dir: $DATA}
 optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
 batch_size: 64
 epochs: 15
@@ -109,22 +128,25 @@ YAML
   echo "$work/$1.yaml"
 }
 field() { grep -o "\"$1\": [^,]*" "$2" | head -1 | sed -E 's/.*: "?([^"]*)"?/\1/'; }
-train() {  # device max_steps target -> json file
-  local coord json=$work/$1.json
-  coord=$(cluster "$1")
+rate() {  # samples trained / (end - start) of a job's JSON
+  awk -v n="$(field samples_total "$1")" -v a="$(field start_time_unix "$1")" \
+    -v b="$(field end_time_unix "$1")" 'BEGIN { if (b > a) printf "%.0f", n / (b - a); else print "?" }'
+}
+train() {  # device max_steps target; sets JSON
+  JSON=$work/$1.json
+  cluster "$1"
   local id
-  id=$(run fulcrumctl --coordinator="$coord" submit "$(job "job-$1" "$2" "$3")" | head -1)
+  id=$(run fulcrumctl --coordinator="$COORD" submit "$(job "job-${1/:/}" "$2" "$3")" | head -1)
   timeout 600 "$D/lib/ld-linux-x86-64.so.2" --library-path "$D/lib" "$D/bin/fulcrumctl" \
-    --coordinator="$coord" status "$id" --watch >"$work/watch-$1.log" 2>&1
-  run fulcrumctl --coordinator="$coord" status "$id" --json >"$json" 2>/dev/null
+    --coordinator="$COORD" status "$id" --watch >"$work/watch-${1/:/}.log" 2>&1
+  run fulcrumctl --coordinator="$COORD" status "$id" --json >"$JSON" 2>/dev/null
   cleanup; pids=()
-  echo "$json"
 }
 if [ "$gpu" != none ]; then
-  gj=$(train cuda:0 0 0.88)
+  train cuda:0 0 0.88; gj=$JSON
   echo "GPU job: $(field state "$gj") $(field message "$gj")"
 fi
-cj=$(train cpu 600 0)
+train cpu 600 0; cj=$JSON
 
 # 3. Per-step time, Fulcrum vs PyTorch on the same GPU.
 bench=$work/bench.txt
@@ -146,10 +168,10 @@ if [ "$gpu" != none ]; then
   printf "%-34s %s ms\n" "step compute, GPU worker" "$(field step_compute_ms "$gj")"
   printf "%-34s %s ms\n" "step wait, GPU worker" "$(field step_wait_ms "$gj")"
   printf "%-34s %s\n" "overlap (comm hidden by compute)" "$(field overlap "$gj")"
-  printf "%-34s %s\n" "samples/s (job, GPU)" "$(field samples_per_sec "$gj")"
+  printf "%-34s %s\n" "samples/s (job, GPU, incl. evals)" "$(rate "$gj")"
 fi
 printf "%-34s %s ms\n" "step compute, CPU worker" "$(field step_compute_ms "$cj")"
-printf "%-34s %s\n" "samples/s (job, CPU, 600 steps)" "$(field samples_per_sec "$cj")"
+printf "%-34s %s\n" "samples/s (job, CPU, 600 steps)" "$(rate "$cj")"
 echo "per-step time (forward+backward, batch 64):"
 sed 's/^/  /' "$bench"
 echo "logs: $work"
