@@ -62,12 +62,12 @@ class ProcessCluster {
   void Add(const std::string& process, std::vector<std::string> argv);
   Process* Find(const std::string& process);
 
-  Options options_;
   int workers_added_ = 0;
   std::vector<std::vector<std::string>> argvs_;
   std::vector<int> starts_;
 
   const std::string dir_;
+  Options options_;
   std::string address_;
   std::vector<std::string> names_;
   std::vector<std::unique_ptr<Process>> procs_;
