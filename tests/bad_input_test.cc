@@ -240,16 +240,21 @@ class NoShards : public ShardControl {
   }
 };
 
+// Serves `service` on a kernel-picked loopback port.
+std::unique_ptr<grpc::Server> Serve(grpc::Service* service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           port);
+  builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
 TEST(CoordinatorBadInputTest, InvalidSpecOverGrpc) {
   NoShards shards;
   Coordinator core({}, &shards);
   CoordinatorService service(&core);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
+  auto server = Serve(&service, &port);
   auto stub = v1::Coordinator::NewStub(
       MakeChannel("127.0.0.1:" + std::to_string(port)));
   struct Case {
@@ -291,12 +296,8 @@ TEST(CoordinatorBadInputTest, BadChunkLeasesAreRejectedAndChangeNothing) {
   options.start_grace = absl::ZeroDuration();
   Coordinator core(options, &shards);
   CoordinatorService service(&core);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
+  auto server = Serve(&service, &port);
   auto stub = v1::Coordinator::NewStub(
       MakeChannel("127.0.0.1:" + std::to_string(port)));
   v1::JobSpec spec = BadInputTest::Spec();

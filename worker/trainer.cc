@@ -150,6 +150,13 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
   double loss_avg = 0;
   auto window_start = std::chrono::steady_clock::now();
   int64_t window_samples = 0;
+  // Rank 0 evaluates; whoever becomes rank 0 loads the test set then.
+  auto load_test = [&]() -> absl::Status {
+    if (test != nullptr) return absl::OkStatus();
+    ASSIGN_OR_RETURN(test, Load(spec.dataset(), false, sizes.back()));
+    eval_mlp = std::make_unique<Mlp>(backend_, layout, eval_batch);
+    return absl::OkStatus();
+  };
   auto evaluate = [&](int64_t at_step) {
     Evaluation e = Evaluate(backend_, *eval_mlp, params_dev.get(), *test,
                             gather, eval_batch, x_host, y, x_dev.get());
@@ -172,10 +179,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
   Assignment a = first;
   // One generation: connect, train until the end, a stop or an error.
   auto run_generation = [&]() -> absl::Status {
-    if (a.rank == 0 && test == nullptr) {
-      ASSIGN_OR_RETURN(test, Load(spec.dataset(), false, sizes.back()));
-      eval_mlp = std::make_unique<Mlp>(backend_, layout, eval_batch);
-    }
+    if (a.rank == 0) RETURN_IF_ERROR(load_test());
     PsClient::Options ps;
     ps.job_id = a.job_id;
     ps.worker_id = options_.worker_id;
@@ -417,10 +421,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
     next_poll = absl::InfinitePast();
   }
   if (a.rank == 0 && progress.evaluated_step() != progress.step()) {
-    if (test == nullptr) {
-      ASSIGN_OR_RETURN(test, Load(spec.dataset(), false, sizes.back()));
-      eval_mlp = std::make_unique<Mlp>(backend_, layout, eval_batch);
-    }
+    RETURN_IF_ERROR(load_test());
     evaluate(progress.step());
   }
   result.stopped_early = stopped;

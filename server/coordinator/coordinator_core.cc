@@ -24,6 +24,19 @@ std::vector<std::string> ToVector(const Repeated& r) {
   return std::vector<std::string>(r.begin(), r.end());
 }
 
+// Narrows `common` to the steps also in `steps`; the first call (first =
+// true) starts it. Complete checkpoints are the steps every shard has.
+template <typename Steps>
+void IntersectSteps(const Steps& steps, bool first, std::set<int64_t>* common) {
+  std::set<int64_t> here(steps.begin(), steps.end());
+  if (first) {
+    *common = std::move(here);
+    return;
+  }
+  for (auto it = common->begin(); it != common->end();)
+    it = here.count(*it) ? std::next(it) : common->erase(it);
+}
+
 }  // namespace
 
 Coordinator::Coordinator(Options options, ShardControl* shards)
@@ -54,7 +67,7 @@ void Coordinator::Tick() {
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = options_.now();
-    ExpireLeases(now, &ends, &lost);
+    ExpireLeases(now, &lost);
     Schedule(now, &launches);
     Grow();
     PlanRounds(now, &rounds);
@@ -152,7 +165,7 @@ void Coordinator::LoseShard(const std::string& id) {
   }
 }
 
-void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
+void Coordinator::ExpireLeases(absl::Time now,
                                std::vector<std::string>* lost) {
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (now - it->second.last_heartbeat <= options_.lease) {
@@ -179,7 +192,6 @@ void Coordinator::ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
     lost->push_back("shard");
     LoseShard(id);
   }
-  (void)ends;
 }
 
 std::vector<std::string> Coordinator::IdleWorkers() const {
@@ -336,16 +348,7 @@ void Coordinator::RunRound(const Round& round) {
                                                  ": ", r.status().message())),
                        false);
       }
-      std::set<int64_t> here(r->checkpoint_steps().begin(),
-                             r->checkpoint_steps().end());
-      if (i == 0) {
-        common = std::move(here);
-      } else {
-        std::set<int64_t> both;
-        for (int64_t step : common)
-          if (here.count(step)) both.insert(step);
-        common = std::move(both);
-      }
+      IntersectSteps(r->checkpoint_steps(), i == 0, &common);
     }
     for (auto it = common.rbegin(); it != common.rend(); ++it) {
       if (!round.bad_checkpoints.count(*it)) {
@@ -688,17 +691,9 @@ void Coordinator::RefreshProgress(Job& job) const {
   std::set<int64_t> common;
   for (int i = 0; i < job.status.shards_size(); ++i) {
     auto it = job.checkpoint_steps.find(i);
-    std::set<int64_t> here;
-    if (it != job.checkpoint_steps.end())
-      here.insert(it->second.begin(), it->second.end());
-    if (i == 0) {
-      common = std::move(here);
-    } else {
-      std::set<int64_t> both;
-      for (int64_t s : common)
-        if (here.count(s)) both.insert(s);
-      common = std::move(both);
-    }
+    IntersectSteps(it == job.checkpoint_steps.end() ? std::vector<int64_t>()
+                                                    : it->second,
+                   i == 0, &common);
   }
   for (int64_t s : common) job.status.add_checkpoint_steps(s);
   job.status.set_checkpoint_step(common.empty() ? 0 : *common.rbegin());
@@ -934,7 +929,6 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
         }
       }
       job->second.staleness[it->first] = stats.staleness();
-      job->second.checkpoints[it->first] = stats.checkpoint_step();
       job->second.stalls[it->first].assign(stats.stalls().begin(),
                                            stats.stalls().end());
     }
@@ -1067,14 +1061,19 @@ bool Coordinator::Adoptable(const std::string& id,
   return n >= 1 && n < next_member_;
 }
 
+v1::PersistedJob Coordinator::ToPersisted(const Job& job) {
+  v1::PersistedJob p;
+  *p.mutable_status() = job.status;
+  for (const std::string& a : job.shard_addresses) p.add_shard_addresses(a);
+  p.set_dataset_size(job.dataset_size);
+  for (int64_t step : job.bad_checkpoints) p.add_bad_checkpoints(step);
+  return p;
+}
+
 absl::Status Coordinator::Persist(const Job& job) {
   if (store_ == nullptr) return absl::OkStatus();
   v1::StateRecord record;
-  v1::PersistedJob* p = record.mutable_job();
-  *p->mutable_status() = job.status;
-  for (const std::string& a : job.shard_addresses) p->add_shard_addresses(a);
-  p->set_dataset_size(job.dataset_size);
-  for (int64_t step : job.bad_checkpoints) p->add_bad_checkpoints(step);
+  *record.mutable_job() = ToPersisted(job);
   absl::Status s = store_->Append(record);
   if (!s.ok()) {
     std::cerr << "fulcrum-coordinator: cannot persist " << job.status.job_id()
@@ -1083,14 +1082,7 @@ absl::Status Coordinator::Persist(const Job& job) {
   }
   if (store_->records_since_snapshot() > 1000) {
     v1::CoordinatorState state;
-    for (const auto& [id, j] : jobs_) {
-      v1::PersistedJob* out = state.add_jobs();
-      *out->mutable_status() = j.status;
-      for (const std::string& a : j.shard_addresses)
-        out->add_shard_addresses(a);
-      out->set_dataset_size(j.dataset_size);
-      for (int64_t step : j.bad_checkpoints) out->add_bad_checkpoints(step);
-    }
+    for (const auto& [id, j] : jobs_) *state.add_jobs() = ToPersisted(j);
     state.mutable_counters()->set_next_job(next_job_);
     state.mutable_counters()->set_next_member(
         std::max(next_member_, reserved_member_));

@@ -148,8 +148,6 @@ class Coordinator {
     std::vector<std::string> shard_addresses;
     std::map<std::string, v1::StalenessSummary> staleness;  // by shard id
     std::map<std::string, int64_t> samples;  // trained so far, by worker id
-    // Newest checkpointed step, by shard id.
-    std::map<std::string, int64_t> checkpoints;
     // Stalled sync steps in each shard's latest report, by shard id.
     std::map<std::string, std::vector<v1::Stall>> stalls;
   };
@@ -170,8 +168,7 @@ class Coordinator {
     std::set<int64_t> bad_checkpoints;  // not to be restored
   };
 
-  void ExpireLeases(absl::Time now, std::vector<EndCall>* ends,
-                    std::vector<std::string>* lost)
+  void ExpireLeases(absl::Time now, std::vector<std::string>* lost)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Schedule(absl::Time now, std::vector<Launch>* launches)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -193,6 +190,7 @@ class Coordinator {
   static void RebuildChunks(Job& job);
   // Durable state: records a job's current state (logging failures).
   absl::Status Persist(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static v1::PersistedJob ToPersisted(const Job& job);
   void PersistCounters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewMemberId(const std::string& prefix)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
