@@ -27,7 +27,8 @@ std::unique_ptr<ShardServer> StartShard() {
 
 TrainRun TrainInProcess(
     const v1::JobSpec& job_spec, int workers,
-    const std::function<void(int, Trainer::Options*)>& tune) {
+    const std::function<void(int, Trainer::Options*)>& tune,
+    const std::function<std::unique_ptr<Backend>()>& make_backend) {
   // No coordinator in process: the deterministic static sharding.
   v1::JobSpec spec = job_spec;
   spec.mutable_dataset()->set_sharding("static");
@@ -37,6 +38,10 @@ TrainRun TrainInProcess(
   TrainRun run;
   run.results.resize(workers);
   run.errors.resize(workers);
+  for (int w = 0; w < workers; ++w) {
+    run.backends.push_back(make_backend ? make_backend()
+                                        : std::make_unique<CpuBackend>());
+  }
   for (int s = 0; s < spec.shards(); ++s) {
     servers.push_back(StartShard());
     addresses.push_back(servers.back()->address);
@@ -51,13 +56,12 @@ TrainRun TrainInProcess(
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
-      CpuBackend backend;
       Trainer::Options options;
       options.worker_id = ids[w];
       options.step_timeout = absl::Seconds(60);
       options.eval_batch = 100;
       if (tune) tune(w, &options);
-      Trainer trainer(&backend, options);
+      Trainer trainer(run.backends[w].get(), options);
       Assignment a{"job", spec, w, workers, 1, addresses};
       absl::StatusOr<TrainResult> r = trainer.Run(a, nullptr);
       if (r.ok()) {

@@ -14,6 +14,7 @@
 #include "fulcrum/v1/job.pb.h"
 #include "server/ps/service.h"
 #include "server/ps/shard_core.h"
+#include "worker/backend/backend.h"
 #include "worker/trainer.h"
 
 namespace fulcrum::testing {
@@ -30,16 +31,19 @@ std::unique_ptr<ShardServer> StartShard();
 
 struct TrainRun {
   std::vector<TrainResult> results;       // by rank
+  std::vector<std::unique_ptr<Backend>> backends;  // by rank, after training
   std::vector<StalenessStats> staleness;  // by shard
   std::vector<std::string> errors;        // by rank; empty when it trained fine
 };
 
 // Starts spec.shards() shards, initialises the job on them and trains it
 // with `workers` trainers in threads. `tune(rank, options)` may adjust each
-// worker's Trainer::Options (e.g. straggler delays).
+// worker's Trainer::Options (e.g. straggler delays); `make_backend()` gives
+// each worker its backend (default: CpuBackend).
 TrainRun TrainInProcess(
     const v1::JobSpec& spec, int workers,
-    const std::function<void(int, Trainer::Options*)>& tune = nullptr);
+    const std::function<void(int, Trainer::Options*)>& tune = nullptr,
+    const std::function<std::unique_ptr<Backend>()>& make_backend = nullptr);
 
 }  // namespace fulcrum::testing
 

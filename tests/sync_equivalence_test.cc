@@ -11,6 +11,7 @@
 #include "common/testing/synthetic_idx.h"
 #include "gtest/gtest.h"
 #include "tests/in_process_cluster.h"
+#include "worker/backend/simulated_device_backend.h"
 
 namespace fulcrum {
 namespace {
@@ -96,6 +97,41 @@ TEST_P(SyncEquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
 INSTANTIATE_TEST_SUITE_P(WorkersAndShards, SyncEquivalenceTest,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values(1, 2, 3)));
+
+// The trainer's device path (staging copies; gradient buckets copied out
+// asynchronously while backward goes on; parameters copied in partition by
+// partition as they arrive) on a simulated GPU whose copies land as late as
+// a real one's may, and which fails on any unordered access: the same
+// parameters as the host path, bit for bit (two workers: a two-term sum does
+// not depend on arrival order).
+TEST(DevicePathTest, ASimulatedGpuTrainsExactlyLikeTheHost) {
+  for (int shards : {1, 3}) {
+    const v1::JobSpec spec = Spec(8, shards);
+    testing::TrainRun host = testing::TrainInProcess(spec, 2);
+    testing::TrainRun device = testing::TrainInProcess(
+        spec, 2, nullptr,
+        [] { return std::make_unique<SimulatedDeviceBackend>(); });
+    auto layout = ParameterLayout::ForMlp({144, 32, 16, 4}, shards, 4096);
+    ASSERT_TRUE(layout.ok());
+    const int64_t parts = static_cast<int64_t>(layout->partitions().size());
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_EQ(host.errors[w], "");
+      ASSERT_EQ(device.errors[w], "") << shards << " shards";
+      EXPECT_EQ(device.results[w].progress.step(), 20);
+      EXPECT_EQ(device.results[w].params, host.results[w].params)
+          << "worker " << w << ", " << shards << " shards";
+      const auto* sim =
+          static_cast<const SimulatedDeviceBackend*>(device.backends[w].get());
+      EXPECT_TRUE(sim->status().ok()) << sim->status();
+      // The asynchronous paths were taken: every step's parameters went in
+      // partition by partition, its gradients out in buckets.
+      EXPECT_EQ(sim->async_to_device(), 20 * parts);
+      EXPECT_GE(sim->async_to_host(), 20);
+    }
+    EXPECT_EQ(device.results[0].progress.test_accuracy(),
+              host.results[0].progress.test_accuracy());
+  }
+}
 
 }  // namespace
 }  // namespace fulcrum

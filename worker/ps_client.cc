@@ -82,6 +82,8 @@ absl::StatusOr<int64_t> PsClient::Connect() {
     absl::MutexLock lock(&mu_);
     clock_.assign(n, -1);
     received_.assign(n, 0);
+    handed_.assign(n, 0);
+    ready_.reserve(n);
     stop_.assign(n, 0);
   }
   stream_of_partition_.assign(n, -1);
@@ -296,19 +298,40 @@ void PsClient::Fail(const absl::Status& status) {
 
 absl::Status PsClient::WaitForClock(int64_t clock, absl::Time deadline,
                                     bool* stop) {
-  {
-    absl::MutexLock lock(&mu_);
-    for (;;) {
-      if (!error_.ok()) return error_;
-      if (cancelled_) return absl::CancelledError("cancelled");
-      bool all = true;
-      for (int64_t v : clock_) all = all && v >= clock;
-      if (all) break;
-      if (changed_.WaitWithDeadline(&mu_, deadline)) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "timed out waiting for the parameters of step ", clock));
+  return WaitForClock(clock, deadline, stop, [](int32_t) {});
+}
+
+absl::Status PsClient::WaitForClock(int64_t clock, absl::Time deadline,
+                                    bool* stop,
+                                    absl::FunctionRef<void(int32_t)> arrived) {
+  const int32_t parts = static_cast<int32_t>(handed_.size());
+  std::fill(handed_.begin(), handed_.end(), 0);
+  int32_t handed = 0;
+  while (handed < parts) {
+    ready_.clear();
+    {
+      absl::MutexLock lock(&mu_);
+      for (;;) {
+        if (!error_.ok()) return error_;
+        if (cancelled_) return absl::CancelledError("cancelled");
+        for (int32_t id = 0; id < parts; ++id) {
+          if (!handed_[id] && clock_[id] >= clock) ready_.push_back(id);
+        }
+        if (!ready_.empty()) break;
+        if (changed_.WaitWithDeadline(&mu_, deadline)) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "timed out waiting for the parameters of step ", clock));
+        }
       }
     }
+    for (int32_t id : ready_) {
+      handed_[id] = 1;
+      ++handed;
+      arrived(id);
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
     *stop = false;
     for (uint8_t s : stop_) *stop = *stop || s;
   }

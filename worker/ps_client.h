@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -75,6 +76,12 @@ class PsClient {
   // parameters to compute step `clock` with; in sync mode exactly version
   // `clock`). *stop is set when a worker asked everyone to stop.
   absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop);
+  // The same, and calls `arrived(id)` on the calling thread for each
+  // partition as soon as it has arrived (each once, in arrival order), so
+  // that the caller can move it on (e.g. copy it to a GPU) while the rest
+  // is still in flight.
+  absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop,
+                            absl::FunctionRef<void(int32_t)> arrived);
 
   // Half-closes the streams and collects their final status.
   absl::Status Close();
@@ -109,6 +116,10 @@ class PsClient {
   std::vector<int64_t> received_
       ABSL_GUARDED_BY(mu_);  // elements of the next version
   std::vector<uint8_t> stop_ ABSL_GUARDED_BY(mu_);
+  // WaitForClock's scratch (training thread only): partitions handed to
+  // `arrived` / arrived but not handed yet.
+  std::vector<uint8_t> handed_;
+  std::vector<int32_t> ready_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   int64_t reconnects_ ABSL_GUARDED_BY(mu_) = 0;

@@ -140,6 +140,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
   const int64_t n = train->images.count;
   // Partitions in the order backward completes them (last layer first).
   const std::vector<Partition>& parts = layout.partitions();
+  // Host memory is the backend's: no staging copies at all.
+  const bool host = backend_->HostAccessible();
   TrainResult result;
   v1::Progress& progress = result.progress;
   std::mt19937_64 delay_rng(options_.delay_seed);
@@ -191,6 +193,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
       metrics::Counter* reconnects = m.reconnects;
       ps.on_reconnect = [reconnects] { reconnects->Increment(); };
     }
+    // Copies of an ended generation land before its successor's arrive.
+    backend_->Synchronize();
     PsClient client(ps, &layout, params.data());
     ASSIGN_OR_RETURN(int64_t version, client.Connect());
     std::cerr << "fulcrum-worker: " << a.job_id << " generation " << a.generation
@@ -276,7 +280,6 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
         backend_->CopyToDevice(x_host.data(), x_dev.get(),
                                share.count * pixels);
         int next = static_cast<int>(parts.size()) - 1;  // next to push
-        const bool host = backend_->HostAccessible();
         const double loss = mlp.ForwardBackward(
             params_dev.get(), x_dev.get(), y.data(),
             static_cast<int>(share.count), grads_dev.get(),
@@ -330,8 +333,16 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
       if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
       const auto computed = std::chrono::steady_clock::now();
       bool stop_seen = false;
+      // GPU: each partition goes to the device as soon as it arrives,
+      // while the others are still on the wire.
       RETURN_IF_ERROR(client.WaitForClock(
-          step + 1, absl::Now() + options_.step_timeout, &stop_seen));
+          step + 1, absl::Now() + options_.step_timeout, &stop_seen,
+          [&](int32_t id) {
+            if (host) return;
+            const Partition& p = parts[id];
+            backend_->CopyToDeviceAsync(params.data() + p.offset,
+                                        params_dev.get() + p.offset, p.size);
+          }));
       const auto received = std::chrono::steady_clock::now();
       const double compute_ms =
           std::chrono::duration<double, std::milli>(computed - step_start)
@@ -356,7 +367,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
         if (m.overlap != nullptr) m.overlap->Set(progress.overlap());
       }
       first_step = false;
-      backend_->CopyToDevice(params.data(), params_dev.get(), total);
+      // The next step's kernels start once the parameters have landed.
+      backend_->ComputeWaitsForCopies();
       stopped = stop_seen;
 
       if (m.steps != nullptr) {

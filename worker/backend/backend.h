@@ -42,6 +42,17 @@ class Backend {
     return 0;
   }
   virtual void WaitCopy(int ticket) {}
+  // The other direction, for parameters arriving partition by partition:
+  // CopyToDeviceAsync starts copying `host` into `device` once the compute
+  // queued so far is done (it may still be reading `device`), on the copy
+  // stream; `host` must stay unchanged until ComputeWaitsForCopies().
+  // ComputeWaitsForCopies makes compute queued after it start only once
+  // every async copy to the device queued before it has landed, without
+  // blocking the calling thread. The CPU backend copies at once.
+  virtual void CopyToDeviceAsync(const float* host, float* device, int64_t n) {
+    CopyToDevice(host, device, n);
+  }
+  virtual void ComputeWaitsForCopies() {}
   // Page-locks host memory the backend copies to and from (no-op on the
   // CPU), so that copies run asynchronously at full bandwidth.
   virtual void RegisterHost(float* host, int64_t n) {}

@@ -87,6 +87,10 @@ struct CudaBackend::Impl {
   std::vector<cudaEvent_t> ready;  // compute reached the copy point
   std::vector<cudaEvent_t> done;   // the copy finished
   int next_ticket = 0;
+  // Async copies to the device: compute reached the copy point / the copies
+  // queued so far on the copy stream finished.
+  cudaEvent_t h2d_ready = nullptr;
+  cudaEvent_t h2d_done = nullptr;
 };
 
 int CudaBackend::DeviceCount() {
@@ -143,6 +147,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     impl->ready.push_back(r);
     impl->done.push_back(d);
   }
+  cudaEventCreateWithFlags(&impl->h2d_ready, cudaEventDisableTiming);
+  cudaEventCreateWithFlags(&impl->h2d_done, cudaEventDisableTiming);
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, options.device);
   std::string name = absl::StrCat("cuda:", options.device, " (", prop.name,
@@ -159,6 +165,8 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(impl_->copy);
   for (cudaEvent_t e : impl_->ready) cudaEventDestroy(e);
   for (cudaEvent_t e : impl_->done) cudaEventDestroy(e);
+  cudaEventDestroy(impl_->h2d_ready);
+  cudaEventDestroy(impl_->h2d_done);
   cudaFree(impl_->labels_dev);
   cudaFree(impl_->loss_dev);
   cudaFree(impl_->correct_dev);
@@ -224,6 +232,25 @@ int CudaBackend::CopyToHostAsync(const float* device, float* host, int64_t n) {
 void CudaBackend::WaitCopy(int ticket) {
   const cudaError_t e = cudaEventSynchronize(impl_->done[ticket]);
   Check(e == cudaSuccess, "waiting for a copy: " + CudaError(e));
+}
+
+void CudaBackend::CopyToDeviceAsync(const float* host, float* device,
+                                    int64_t n) {
+  // Compute may still read `device` (backward uses the weights): the copy
+  // starts once compute queued so far is done.
+  cudaError_t e = cudaEventRecord(impl_->h2d_ready, impl_->compute);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(impl_->copy, impl_->h2d_ready, 0);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(device, host, n * sizeof(float),
+                        cudaMemcpyHostToDevice, impl_->copy);
+  Check(e == cudaSuccess, "async copy to device: " + CudaError(e));
+}
+
+void CudaBackend::ComputeWaitsForCopies() {
+  cudaError_t e = cudaEventRecord(impl_->h2d_done, impl_->copy);
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(impl_->compute, impl_->h2d_done, 0);
+  Check(e == cudaSuccess, "waiting for copies to the device: " + CudaError(e));
 }
 
 void CudaBackend::RegisterHost(float* host, int64_t n) {

@@ -42,6 +42,8 @@ class CudaBackend final : public Backend {
   absl::Status status() const override { return status_; }
   int CopyToHostAsync(const float* device, float* host, int64_t n) override;
   void WaitCopy(int ticket) override;
+  void CopyToDeviceAsync(const float* host, float* device, int64_t n) override;
+  void ComputeWaitsForCopies() override;
   void RegisterHost(float* host, int64_t n) override;
   void UnregisterHost(float* host) override;
 

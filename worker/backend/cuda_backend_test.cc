@@ -57,7 +57,9 @@ class CudaBackendTest : public ::testing::Test {
     gpu_ = std::move(*created);
   }
   void TearDown() override {
-    if (gpu_ != nullptr) EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+    if (gpu_ != nullptr) {
+      EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
+    }
   }
 
   // Device copy of `host`, freed with the fixture.
@@ -177,6 +179,24 @@ TEST_F(CudaBackendTest, AsyncCopiesDeliverWhatComputeProduced) {
   std::vector<float> want = Random(n, 10);
   cpu_.Relu(n, want.data());
   EXPECT_EQ(host, want);
+  gpu_->UnregisterHost(host.data());
+}
+
+TEST_F(CudaBackendTest, AsyncCopiesToTheDeviceLandBeforeLaterCompute) {
+  const int n = 1 << 16;
+  float* x = Up(std::vector<float>(n, -1.0f));
+  const std::vector<float> next = Random(n, 12);
+  std::vector<float> host = next;
+  gpu_->RegisterHost(host.data(), n);
+  // Two halves, as partitions arrive; compute queued after the fence sees
+  // both.
+  gpu_->CopyToDeviceAsync(host.data(), x, n / 2);
+  gpu_->CopyToDeviceAsync(host.data() + n / 2, x + n / 2, n - n / 2);
+  gpu_->ComputeWaitsForCopies();
+  gpu_->Relu(n, x);
+  std::vector<float> want = next;
+  cpu_.Relu(n, want.data());
+  EXPECT_EQ(Down(x, n), want);
   gpu_->UnregisterHost(host.data());
 }
 

@@ -57,7 +57,7 @@ void WritePlain(const std::string& path, const std::string& data) {
 
 TEST(IdxTest, ReadsGzipAndPlainSplits) {
   const std::string dir = TempDir() + "/idx_ok";
-  std::system(("mkdir -p " + dir).c_str());
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   WriteGz(dir + "/train-images-idx3-ubyte.gz", ImagesFile(12, 3, 2));
   WriteGz(dir + "/train-labels-idx1-ubyte.gz", LabelsFile(12));
   WritePlain(dir + "/t10k-images-idx3-ubyte", ImagesFile(5, 3, 2));
@@ -85,7 +85,7 @@ TEST(IdxTest, ReadsGzipAndPlainSplits) {
 
 TEST(IdxTest, DetectsCorruptFiles) {
   const std::string dir = TempDir() + "/idx_bad";
-  std::system(("mkdir -p " + dir).c_str());
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   // Truncated pixel data.
   std::string truncated = ImagesFile(10, 4, 4);
   truncated.resize(truncated.size() - 7);

@@ -1,0 +1,161 @@
+#include "worker/backend/simulated_device_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace fulcrum {
+namespace {
+
+bool Overlap(const float* a, int64_t an, const float* b, int64_t bn) {
+  return a < b + bn && b < a + an;
+}
+
+}  // namespace
+
+SimulatedDeviceBackend::~SimulatedDeviceBackend() = default;
+
+float* SimulatedDeviceBackend::Allocate(int64_t n) {
+  auto owned = std::make_unique<float[]>(std::max<int64_t>(n, 1));
+  // Device memory starts as garbage, not zeros: reading it unset shows.
+  std::fill(owned.get(), owned.get() + std::max<int64_t>(n, 1), 1e30f);
+  float* p = owned.get();
+  memory_[p] = std::move(owned);
+  return p;
+}
+
+void SimulatedDeviceBackend::Free(float* p) { memory_.erase(p); }
+
+void SimulatedDeviceBackend::Race(const std::string& what) {
+  if (status_.ok()) status_ = absl::InternalError(absl::StrCat("race: ", what));
+}
+
+void SimulatedDeviceBackend::Reads(const float* p, int64_t n,
+                                   const char* what) {
+  for (const ToDevice& c : to_device_) {
+    if (Overlap(p, n, c.device, c.n)) {
+      Race(absl::StrCat(what, " reads device memory a copy to the device "
+                              "has not finished writing"));
+    }
+  }
+}
+
+void SimulatedDeviceBackend::Writes(const float* p, int64_t n,
+                                    const char* what) {
+  Reads(p, n, what);
+  for (const ToHost& c : to_host_) {
+    if (Overlap(p, n, c.device, static_cast<int64_t>(c.data.size()))) {
+      Race(absl::StrCat(what, " overwrites device memory a copy to the host "
+                              "has not finished reading"));
+    }
+  }
+}
+
+void SimulatedDeviceBackend::CopyToDevice(const float* host, float* device,
+                                          int64_t n) {
+  Writes(device, n, "CopyToDevice");
+  std::memcpy(device, host, n * sizeof(float));
+}
+
+void SimulatedDeviceBackend::CopyToHost(const float* device, float* host,
+                                        int64_t n) {
+  Reads(device, n, "CopyToHost");
+  std::memcpy(host, device, n * sizeof(float));
+}
+
+int SimulatedDeviceBackend::CopyToHostAsync(const float* device, float* host,
+                                            int64_t n) {
+  Reads(device, n, "CopyToHostAsync");
+  ++async_to_host_;
+  const int ticket = next_ticket_++;
+  to_host_.push_back({ticket, device, host, std::vector<float>(device, device + n)});
+  return ticket;
+}
+
+void SimulatedDeviceBackend::WaitCopy(int ticket) {
+  auto it = std::find_if(to_host_.begin(), to_host_.end(),
+                         [&](const ToHost& c) { return c.ticket == ticket; });
+  if (it == to_host_.end()) {
+    // Landed already (Synchronize), or never issued.
+    if (ticket < 0 || ticket >= next_ticket_)
+      Race(absl::StrCat("WaitCopy(", ticket, ") of a copy never issued"));
+    return;
+  }
+  std::copy(it->data.begin(), it->data.end(), it->host);
+  to_host_.erase(it);
+}
+
+void SimulatedDeviceBackend::CopyToDeviceAsync(const float* host,
+                                               float* device, int64_t n) {
+  // Ordered after the compute queued so far, and after earlier copies on
+  // the same stream: nothing to check until later compute.
+  ++async_to_device_;
+  to_device_.push_back({host, device, n});
+}
+
+void SimulatedDeviceBackend::ComputeWaitsForCopies() {
+  for (const ToDevice& c : to_device_)
+    std::memcpy(c.device, c.host, c.n * sizeof(float));
+  to_device_.clear();
+}
+
+void SimulatedDeviceBackend::Synchronize() {
+  ComputeWaitsForCopies();
+  for (const ToHost& c : to_host_)
+    std::copy(c.data.begin(), c.data.end(), c.host);
+  to_host_.clear();
+}
+
+void SimulatedDeviceBackend::Gemm(bool trans_a, bool trans_b, int m, int n,
+                                  int k, float alpha, const float* a,
+                                  const float* b, float beta, float* c) {
+  Reads(a, int64_t{m} * k, "Gemm");
+  Reads(b, int64_t{k} * n, "Gemm");
+  Writes(c, int64_t{m} * n, "Gemm");
+  cpu_.Gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+}
+
+void SimulatedDeviceBackend::AddBias(int rows, int cols, const float* bias,
+                                     float* x) {
+  Reads(bias, cols, "AddBias");
+  Writes(x, int64_t{rows} * cols, "AddBias");
+  cpu_.AddBias(rows, cols, bias, x);
+}
+
+void SimulatedDeviceBackend::BiasGrad(int rows, int cols, const float* dy,
+                                      float* db) {
+  Reads(dy, int64_t{rows} * cols, "BiasGrad");
+  Writes(db, cols, "BiasGrad");
+  cpu_.BiasGrad(rows, cols, dy, db);
+}
+
+void SimulatedDeviceBackend::Relu(int64_t n, float* x) {
+  Writes(x, n, "Relu");
+  cpu_.Relu(n, x);
+}
+
+void SimulatedDeviceBackend::ReluGrad(int64_t n, const float* y, float* dy) {
+  Reads(y, n, "ReluGrad");
+  Writes(dy, n, "ReluGrad");
+  cpu_.ReluGrad(n, y, dy);
+}
+
+double SimulatedDeviceBackend::SoftmaxCrossEntropy(int rows, int cols,
+                                                   const float* logits,
+                                                   const int32_t* labels,
+                                                   float scale,
+                                                   float* dlogits) {
+  Reads(logits, int64_t{rows} * cols, "SoftmaxCrossEntropy");
+  Writes(dlogits, int64_t{rows} * cols, "SoftmaxCrossEntropy");
+  return cpu_.SoftmaxCrossEntropy(rows, cols, logits, labels, scale, dlogits);
+}
+
+int64_t SimulatedDeviceBackend::CountCorrect(int rows, int cols,
+                                             const float* logits,
+                                             const int32_t* labels) {
+  Reads(logits, int64_t{rows} * cols, "CountCorrect");
+  return cpu_.CountCorrect(rows, cols, logits, labels);
+}
+
+}  // namespace fulcrum
