@@ -5,7 +5,9 @@
 # the reference job the image carries; midway one worker container is stopped
 # (SIGTERM: a graceful leave) and a third one started (an elastic join). It
 # checks that the job succeeds at its target, that every container answers
-# /readyz and serves /metrics, prints a summary and removes what it started.
+# /readyz and serves /metrics, that checkpoints reached the servers' volumes,
+# prints a summary and removes what it started. Containers run as the image's
+# non-root user with a read-only root file system, as deploy/k8s runs them.
 #
 #   tools/container_check.sh [--image IMAGE]   (default: tools/build_image.sh builds one)
 #
@@ -51,9 +53,10 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-run() {  # NAME ARGS... : a detached container on the host network
+run() {  # NAME ARGS... : a detached container on the host network, with a
+          # read-only root file system as in deploy/k8s
   local name=$1; shift
-  podman run -d --name "$prefix-$name" --network host "$@" >/dev/null
+  podman run -d --read-only --name "$prefix-$name" --network host "$@" >/dev/null
 }
 coord_port=$(free_port)
 coord=127.0.0.1:$coord_port

@@ -1,0 +1,405 @@
+// deploy/ against the binaries it runs: the Kubernetes manifests (deploy/k8s)
+// and the container image (deploy/containers/Containerfile) must not drift
+// from the code. Every flag a manifest passes is one the binary accepts
+// (asked from the binary itself); pods are scraped and probed on the port
+// their metrics endpoint listens on, with the labels Prometheus keeps
+// (deploy/prometheus/prometheus-k8s.yml); Services select pods and name
+// ports that exist; servers advertise an address their headless Service
+// resolves; the job ConfigMap is a valid job whose directories are the
+// image's and the volumes'; the image installs a package for every shared
+// library the binaries load.
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/config/job_spec.h"
+#include "common/testing/process.h"
+#include "gtest/gtest.h"
+#include "yaml-cpp/yaml.h"
+
+namespace fulcrum {
+namespace {
+
+using testing::ReadFile;
+using testing::Runfile;
+
+const char* const kBase = "deploy/k8s/base/";
+
+std::vector<YAML::Node> LoadDocs(const std::string& path) {
+  const std::string text = ReadFile(Runfile(path));
+  EXPECT_FALSE(text.empty()) << path;
+  std::vector<YAML::Node> docs;
+  for (const YAML::Node& d : YAML::LoadAll(text)) {
+    if (d.IsMap()) docs.push_back(d);
+  }
+  return docs;
+}
+
+// Every object of the base kustomization, in its resources' order.
+std::vector<YAML::Node> BaseObjects() {
+  const YAML::Node k = YAML::Load(ReadFile(Runfile(std::string(kBase) +
+                                                   "kustomization.yaml")));
+  std::vector<YAML::Node> all;
+  for (const YAML::Node& r : k["resources"]) {
+    for (YAML::Node d : LoadDocs(kBase + r.as<std::string>())) {
+      all.push_back(d);
+    }
+  }
+  return all;
+}
+
+std::vector<YAML::Node> OfKind(const std::vector<YAML::Node>& objects,
+                               const std::string& kind) {
+  std::vector<YAML::Node> out;
+  for (const YAML::Node& o : objects) {
+    if (o["kind"].as<std::string>() == kind) out.push_back(o);
+  }
+  return out;
+}
+
+// The flags a binary accepts, from its own --helpfull.
+std::set<std::string> FlagsOf(const std::string& binary) {
+  static const std::map<std::string, std::string> kPath = {
+      {"fulcrum-coordinator", "server/coordinator/fulcrum-coordinator"},
+      {"fulcrum-server", "server/ps/fulcrum-server"},
+      {"fulcrum-worker", "worker/fulcrum-worker"},
+      {"fulcrumctl", "client/fulcrumctl"}};
+  auto it = kPath.find(binary);
+  if (it == kPath.end()) return {};
+  const testing::RunResult r =
+      testing::RunCommand({Runfile(it->second), "--helpfull"}, absl::Seconds(30));
+  std::set<std::string> flags;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+    absl::string_view l = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&l, "--")) continue;
+    flags.insert(std::string(l.substr(0, l.find_first_of(" ="))));
+  }
+  return flags;
+}
+
+// --name=value of a container command; "" when absent.
+std::string Flag(const YAML::Node& container, const std::string& name) {
+  for (const YAML::Node& a : container["command"]) {
+    absl::string_view arg = a.Scalar();
+    if (absl::ConsumePrefix(&arg, "--" + name + "=")) return std::string(arg);
+  }
+  return "";
+}
+
+int Port(const std::string& host_port) {
+  int port = -1;
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(host_port.substr(colon + 1), &port)) {
+    return -1;
+  }
+  return port;
+}
+
+int ContainerPort(const YAML::Node& container, const std::string& name) {
+  for (const YAML::Node& p : container["ports"]) {
+    if (p["name"].as<std::string>() == name) return p["containerPort"].as<int>();
+  }
+  return -1;
+}
+
+struct Workload {
+  std::string name;
+  YAML::Node object, pod, container;
+};
+
+std::vector<Workload> Workloads(const std::vector<YAML::Node>& objects) {
+  std::vector<Workload> out;
+  for (const YAML::Node& o : objects) {
+    const std::string kind = o["kind"].as<std::string>();
+    if (kind != "Deployment" && kind != "StatefulSet") continue;
+    const YAML::Node pod = o["spec"]["template"];
+    EXPECT_EQ(pod["spec"]["containers"].size(), 1u);
+    out.push_back({o["metadata"]["name"].as<std::string>(), o, pod,
+                   pod["spec"]["containers"][0]});
+  }
+  return out;
+}
+
+TEST(DeployManifestsTest, EveryFlagIsOneTheBinaryAccepts) {
+  const std::vector<Workload> workloads = Workloads(BaseObjects());
+  ASSERT_EQ(workloads.size(), 3u) << "coordinator, servers, workers";
+  std::vector<YAML::Node> containers;
+  for (const Workload& w : workloads) containers.push_back(w.container);
+  // The GPU overlay's patch replaces the worker's command.
+  for (const YAML::Node& patch : LoadDocs("deploy/k8s/gpu/workers-gpu.yaml")) {
+    containers.push_back(patch["spec"]["template"]["spec"]["containers"][0]);
+  }
+  for (const YAML::Node& c : containers) {
+    ASSERT_TRUE(c["command"].IsSequence()) << c["name"];
+    const std::string binary = c["command"][0].as<std::string>();
+    const std::set<std::string> known = FlagsOf(binary);
+    ASSERT_GT(known.size(), 5u) << binary << " is not one of the binaries";
+    for (size_t i = 1; i < c["command"].size(); ++i) {
+      absl::string_view arg = c["command"][i].Scalar();
+      ASSERT_TRUE(absl::ConsumePrefix(&arg, "--")) << binary << " " << arg;
+      const std::string name(arg.substr(0, arg.find('=')));
+      EXPECT_TRUE(known.count(name)) << binary << " has no flag --" << name;
+    }
+  }
+}
+
+TEST(DeployManifestsTest, PodsAreScrapedAndProbedOnTheirMetricsPort) {
+  for (const Workload& w : Workloads(BaseObjects())) {
+    SCOPED_TRACE(w.name);
+    const YAML::Node labels = w.pod["metadata"]["labels"];
+    const YAML::Node notes = w.pod["metadata"]["annotations"];
+    // prometheus-k8s.yml keeps part-of=fulcrum pods and maps component to
+    // the role label the alerts and dashboard use.
+    EXPECT_EQ(labels["app.kubernetes.io/part-of"].as<std::string>(), "fulcrum");
+    const std::string role = labels["app.kubernetes.io/component"].as<std::string>();
+    EXPECT_TRUE(role == "coordinator" || role == "server" || role == "worker")
+        << role;
+    // The selector picks the template's pods.
+    for (const auto& kv : w.object["spec"]["selector"]["matchLabels"]) {
+      EXPECT_EQ(labels[kv.first.Scalar()].Scalar(), kv.second.Scalar());
+    }
+    EXPECT_EQ(notes["prometheus.io/scrape"].as<std::string>(), "true");
+    const std::string port = Flag(w.container, "metrics_port");
+    EXPECT_EQ(Flag(w.container, "metrics_address"), "0.0.0.0")
+        << "the endpoint must listen beyond the pod's loopback";
+    EXPECT_EQ(notes["prometheus.io/port"].as<std::string>(), port);
+    EXPECT_EQ(std::to_string(ContainerPort(w.container, "metrics")), port);
+    const YAML::Node ready = w.container["readinessProbe"]["httpGet"];
+    const YAML::Node live = w.container["livenessProbe"]["httpGet"];
+    EXPECT_EQ(ready["path"].as<std::string>(), "/readyz");
+    EXPECT_EQ(live["path"].as<std::string>(), "/healthz");
+    EXPECT_EQ(ready["port"].as<std::string>(), "metrics");
+    EXPECT_EQ(live["port"].as<std::string>(), "metrics");
+    // Runs as the image's non-root user.
+    EXPECT_EQ(w.pod["spec"]["securityContext"]["runAsUser"].as<int>(), 10001);
+  }
+}
+
+TEST(DeployManifestsTest, ServicesReachThePortsTheProcessesListenOn) {
+  const std::vector<YAML::Node> objects = BaseObjects();
+  const std::vector<Workload> workloads = Workloads(objects);
+  std::map<std::string, YAML::Node> services;
+  for (const YAML::Node& s : OfKind(objects, "Service")) {
+    services[s["metadata"]["name"].as<std::string>()] = s;
+    // Some workload's pods carry the selector, and name the target ports.
+    const Workload* target = nullptr;
+    for (const Workload& w : workloads) {
+      bool all = true;
+      for (const auto& kv : s["spec"]["selector"]) {
+        all = all && w.pod["metadata"]["labels"][kv.first.Scalar()].Scalar() ==
+                         kv.second.Scalar();
+      }
+      if (all) target = &w;
+    }
+    ASSERT_NE(target, nullptr) << s["metadata"]["name"] << " selects no pods";
+    for (const YAML::Node& p : s["spec"]["ports"]) {
+      const std::string name = p["targetPort"].as<std::string>();
+      const int port = ContainerPort(target->container, name);
+      EXPECT_EQ(port, p["port"].as<int>())
+          << s["metadata"]["name"] << " port " << name;
+    }
+  }
+  std::map<std::string, Workload> by_name;
+  for (const Workload& w : workloads) by_name[w.name] = w;
+  ASSERT_TRUE(by_name.count("fulcrum-coordinator") &&
+              by_name.count("fulcrum-server") && by_name.count("fulcrum-worker"));
+
+  // The coordinator serves on its grpc port; the others dial its Service.
+  const Workload& coordinator = by_name["fulcrum-coordinator"];
+  const int grpc = ContainerPort(coordinator.container, "grpc");
+  EXPECT_EQ(Port(Flag(coordinator.container, "listen")), grpc);
+  ASSERT_TRUE(services.count("fulcrum-coordinator"));
+  const std::string coordinator_address =
+      "fulcrum-coordinator:" + std::to_string(grpc);
+  for (const char* name : {"fulcrum-server", "fulcrum-worker"}) {
+    EXPECT_EQ(Flag(by_name[name].container, "coordinator"), coordinator_address)
+        << name;
+  }
+  // Servers advertise <pod>.<headless service>:<listen port>.
+  const Workload& server = by_name["fulcrum-server"];
+  const std::string service = server.object["spec"]["serviceName"].as<std::string>();
+  ASSERT_TRUE(services.count(service));
+  EXPECT_EQ(services[service]["spec"]["clusterIP"].as<std::string>(), "None");
+  const int data = ContainerPort(server.container, "grpc");
+  EXPECT_EQ(Port(Flag(server.container, "listen")), data);
+  EXPECT_EQ(Flag(server.container, "advertise"),
+            "$(POD_NAME)." + service + ":" + std::to_string(data));
+  bool pod_name = false;
+  for (const YAML::Node& e : server.container["env"]) {
+    pod_name = pod_name ||
+               (e["name"].as<std::string>() == "POD_NAME" &&
+                e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>() ==
+                    "metadata.name");
+  }
+  EXPECT_TRUE(pod_name) << "POD_NAME must be the pod's name";
+  // The coordinator keeps its state on its volume.
+  bool state = false;
+  for (const YAML::Node& m : coordinator.container["volumeMounts"]) {
+    state = state || m["mountPath"].as<std::string>() ==
+                         Flag(coordinator.container, "state_dir");
+  }
+  EXPECT_TRUE(state) << "--state_dir is not a mounted volume";
+}
+
+TEST(DeployManifestsTest, TheJobConfigMapIsAValidJobForThisDeployment) {
+  const std::vector<YAML::Node> objects = BaseObjects();
+  const std::vector<YAML::Node> maps = OfKind(objects, "ConfigMap");
+  ASSERT_EQ(maps.size(), 1u);
+  std::map<std::string, Workload> by_name;
+  for (const Workload& w : Workloads(objects)) by_name[w.name] = w;
+  const Workload& server = by_name["fulcrum-server"];
+  const std::string containerfile =
+      ReadFile(Runfile("deploy/containers/Containerfile"));
+  ASSERT_FALSE(maps[0]["data"].size() == 0);
+  for (const auto& kv : maps[0]["data"]) {
+    SCOPED_TRACE(kv.first.Scalar());
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(kv.second.Scalar());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ApplyDefaults(&*spec);
+    EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+    // The data is where the image's dataset package puts it.
+    EXPECT_EQ(spec->dataset().dir(), "/usr/share/datasets/fashion-mnist");
+    EXPECT_TRUE(absl::StrContains(containerfile, "dataset-fashion-mnist"));
+    // Checkpoints go to the servers' volume.
+    if (spec->checkpoint().every_steps() > 0) {
+      bool mounted = false;
+      for (const YAML::Node& m : server.container["volumeMounts"]) {
+        mounted = mounted ||
+                  m["mountPath"].as<std::string>() == spec->checkpoint().dir();
+      }
+      EXPECT_TRUE(mounted) << spec->checkpoint().dir()
+                           << " is not a server volume";
+    }
+    EXPECT_LE(spec->shards(), server.object["spec"]["replicas"].as<int>());
+    EXPECT_LE(spec->workers().min(),
+              by_name["fulcrum-worker"].object["spec"]["replicas"].as<int>());
+  }
+  // The coordinator pod mounts the ConfigMap (for fulcrumctl submit there).
+  bool mounted = false;
+  for (const YAML::Node& v : by_name["fulcrum-coordinator"].pod["spec"]["volumes"]) {
+    mounted = mounted || (v["configMap"] && v["configMap"]["name"].Scalar() ==
+                                                maps[0]["metadata"]["name"].Scalar());
+  }
+  EXPECT_TRUE(mounted);
+}
+
+TEST(DeployManifestsTest, TheGpuOverlayGivesEachWorkerAGpu) {
+  const YAML::Node k =
+      YAML::Load(ReadFile(Runfile("deploy/k8s/gpu/kustomization.yaml")));
+  EXPECT_EQ(k["resources"][0].as<std::string>(), "../base");
+  const std::vector<YAML::Node> patch =
+      LoadDocs("deploy/k8s/gpu/workers-gpu.yaml");
+  ASSERT_EQ(patch.size(), 1u);
+  EXPECT_EQ(patch[0]["metadata"]["name"].as<std::string>(), "fulcrum-worker");
+  const YAML::Node c = patch[0]["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(c["name"].as<std::string>(), "worker");  // merges by name
+  EXPECT_EQ(Flag(c, "device"), "cuda:0");
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"].as<int>(), 1);
+  EXPECT_EQ(c["image"].as<std::string>(), "fulcrum-gpu");
+  EXPECT_EQ(k["images"][0]["name"].as<std::string>(), "fulcrum-gpu");
+  const std::string containerfile =
+      ReadFile(Runfile("deploy/containers/Containerfile"));
+  EXPECT_TRUE(absl::StrContains(containerfile, "AS gpu"));
+}
+
+// Debian packages (with everything they depend on) that provide `libs`.
+std::set<std::string> Closure(std::vector<std::string> packages) {
+  std::set<std::string> seen;
+  while (!packages.empty()) {
+    const std::string p = packages.back();
+    packages.pop_back();
+    if (!seen.insert(p).second) continue;
+    const testing::RunResult r = testing::RunCommand(
+        {"/usr/bin/dpkg-query", "-W", "-f=${Depends},${Pre-Depends}", p},
+        absl::Seconds(30));
+    for (absl::string_view alt : absl::StrSplit(r.out, absl::ByAnyChar(",|"),
+                                                absl::SkipWhitespace())) {
+      alt = absl::StripAsciiWhitespace(alt);
+      std::string name(alt.substr(0, alt.find_first_of(" (:")));
+      if (!name.empty()) packages.push_back(name);
+    }
+  }
+  return seen;
+}
+
+TEST(DeployManifestsTest, TheImageInstallsEveryLibraryTheBinariesLoad) {
+  // The packages the Containerfile installs, plus what any Debian base with
+  // apt has (apt needs them).
+  const std::string containerfile =
+      ReadFile(Runfile("deploy/containers/Containerfile"));
+  const size_t from = containerfile.find("--no-install-recommends");
+  ASSERT_NE(from, std::string::npos);
+  const size_t to = containerfile.find("&&", from);
+  std::vector<std::string> listed = {"libc6", "libgcc-s1", "libstdc++6"};
+  for (absl::string_view w :
+       absl::StrSplit(containerfile.substr(from, to - from),
+                      absl::ByAnyChar(" \\\n"), absl::SkipWhitespace())) {
+    if (!absl::StartsWith(w, "--")) listed.emplace_back(w);
+  }
+  ASSERT_GT(listed.size(), 5u);
+  const std::set<std::string> installed = Closure(listed);
+  // Every library the binaries load, with the paths dpkg may know it by
+  // (Debian's merged /usr: as loaded, resolved, resolved without /usr).
+  std::map<std::string, std::vector<std::string>> libs;  // path -> binaries
+  for (const char* binary :
+       {"server/coordinator/fulcrum-coordinator", "server/ps/fulcrum-server",
+        "worker/fulcrum-worker", "client/fulcrumctl"}) {
+    const testing::RunResult ldd = testing::RunCommand(
+        {"/usr/bin/ldd", Runfile(binary)}, absl::Seconds(30));
+    ASSERT_EQ(ldd.exit_code, 0) << binary;
+    int n = 0;
+    for (absl::string_view line : absl::StrSplit(ldd.out, '\n')) {
+      const size_t arrow = line.find("=> /");
+      if (arrow == absl::string_view::npos) continue;
+      std::string path(line.substr(arrow + 3));
+      libs[path.substr(0, path.find(' '))].push_back(binary);
+      ++n;
+    }
+    EXPECT_GT(n, 5) << binary;
+  }
+  std::vector<std::string> query = {"/usr/bin/dpkg", "-S"};
+  std::map<std::string, std::vector<std::string>> names;  // path -> candidates
+  for (const auto& [path, binaries] : libs) {
+    std::error_code error;
+    const std::string real = std::filesystem::canonical(path, error).string();
+    std::vector<std::string>& c = names[path];
+    c.push_back(path);
+    if (!error) {
+      c.push_back(real);
+      if (absl::StartsWith(real, "/usr/")) c.push_back(real.substr(4));
+    }
+    query.insert(query.end(), c.begin(), c.end());
+  }
+  // One query ("package[, package]: path" per known path; exit 1 when some
+  // candidate is unknown, which is expected).
+  const testing::RunResult owners =
+      testing::RunCommand(query, absl::Seconds(120));
+  std::map<std::string, std::string> owner;  // path -> first package
+  for (absl::string_view line : absl::StrSplit(owners.out, '\n')) {
+    const size_t colon = line.find(": /");
+    if (colon == absl::string_view::npos) continue;
+    absl::string_view package = line.substr(0, colon);
+    package = package.substr(0, package.find_first_of(",:"));
+    owner[std::string(line.substr(colon + 2))] = std::string(package);
+  }
+  for (const auto& [path, binaries] : libs) {
+    std::string package;
+    for (const std::string& c : names[path]) {
+      if (package.empty() && owner.count(c)) package = owner[c];
+    }
+    ASSERT_FALSE(package.empty()) << path << " belongs to no package";
+    EXPECT_TRUE(installed.count(package))
+        << binaries[0] << " loads " << path << " from " << package
+        << ", which the Containerfile does not install";
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum
