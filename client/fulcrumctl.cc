@@ -21,7 +21,9 @@
 #include "client/export.h"
 #include "client/format.h"
 #include "common/config/job_spec.h"
+#include "common/net/api_token.h"
 #include "common/net/grpc_options.h"
+#include "common/net/transport.h"
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
@@ -31,6 +33,13 @@ ABSL_FLAG(bool, json, false, "status/list: print machine-readable JSON");
 ABSL_FLAG(int64_t, timeout_ms, 10000, "deadline of each RPC");
 ABSL_FLAG(std::string, out, "", "export: the model file to write");
 ABSL_FLAG(double, interval_s, 0.5, "--watch refresh period");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate this process presents (mutual TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM authority the servers' certificates must chain to (TLS)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the coordinator's API token (its --token_file)");
 
 namespace fulcrum {
 namespace {
@@ -43,19 +52,23 @@ constexpr char kUsage[] =
     "  cancel JOB\n"
     "  export JOB --out FILE       write the job's parameters (after it "
     "ended)\n"
-    "  members                     registered workers and shards";
+    "  members                     registered workers and shards\n"
+    "Secured clusters: --tls_ca (and --tls_cert/--tls_key for mutual TLS), "
+    "--token_file.";
 
 class Ctl {
  public:
-  Ctl()
+  explicit Ctl(std::string token)
       : stub_(v1::Coordinator::NewStub(
-            MakeChannel(absl::GetFlag(FLAGS_coordinator)))) {}
+            MakeChannel(absl::GetFlag(FLAGS_coordinator)))),
+        token_(std::move(token)) {}
 
   template <typename Req, typename Resp, typename Method>
   bool Call(Method method, const Req& request, Resp* response) {
     grpc::ClientContext context;
     SetTimeout(&context,
                std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+    AttachToken(&context, token_);
     grpc::Status s = (stub_.get()->*method)(&context, request, response);
     if (!s.ok()) {
       std::cerr << "fulcrumctl: " << StatusCodeName(s.error_code()) << ": "
@@ -203,6 +216,7 @@ class Ctl {
   }
 
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  const std::string token_;
 };
 
 }  // namespace
@@ -216,7 +230,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = args[1];
-  fulcrum::Ctl ctl;
+  if (absl::Status transport = fulcrum::UseTransport(
+          {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+           absl::GetFlag(FLAGS_tls_ca)});
+      !transport.ok()) {
+    std::cerr << "fulcrumctl: " << transport.message() << "\n";
+    return 2;
+  }
+  std::string token;
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    absl::StatusOr<std::string> t =
+        fulcrum::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!t.ok()) {
+      std::cerr << "fulcrumctl: " << t.status().message() << "\n";
+      return 2;
+    }
+    token = *std::move(t);
+  }
+  fulcrum::Ctl ctl(token);
   auto need = [&](size_t n) {
     if (args.size() == n + 2) return true;
     std::cerr << "fulcrumctl: " << command << " takes " << n << " argument(s)\n"

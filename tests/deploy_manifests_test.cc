@@ -229,16 +229,18 @@ TEST(DeployManifestsTest, ServicesReachThePortsTheProcessesListenOn) {
   EXPECT_EQ(services[service]["spec"]["clusterIP"].as<std::string>(), "None");
   const int data = ContainerPort(server.container, "grpc");
   EXPECT_EQ(Port(Flag(server.container, "listen")), data);
+  // Two labels after the pod name: a certificate's wildcard
+  // (*.fulcrum-server.NAMESPACE.svc) cannot cover fewer.
   EXPECT_EQ(Flag(server.container, "advertise"),
-            "$(POD_NAME)." + service + ":" + std::to_string(data));
-  bool pod_name = false;
+            "$(POD_NAME)." + service + ".$(POD_NAMESPACE).svc:" +
+                std::to_string(data));
+  std::map<std::string, std::string> env;
   for (const YAML::Node& e : server.container["env"]) {
-    pod_name = pod_name ||
-               (e["name"].as<std::string>() == "POD_NAME" &&
-                e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>() ==
-                    "metadata.name");
+    env[e["name"].as<std::string>()] =
+        e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>();
   }
-  EXPECT_TRUE(pod_name) << "POD_NAME must be the pod's name";
+  EXPECT_EQ(env["POD_NAME"], "metadata.name");
+  EXPECT_EQ(env["POD_NAMESPACE"], "metadata.namespace");
   // The coordinator keeps its state on its volume.
   bool state = false;
   for (const YAML::Node& m : coordinator.container["volumeMounts"]) {
@@ -246,6 +248,48 @@ TEST(DeployManifestsTest, ServicesReachThePortsTheProcessesListenOn) {
                          Flag(coordinator.container, "state_dir");
   }
   EXPECT_TRUE(state) << "--state_dir is not a mounted volume";
+}
+
+// The directory a pod mounts `path` from, and whether that volume is a
+// Secret: "" when no mount holds it.
+std::string SecretMountOf(const Workload& w, const std::string& path) {
+  for (const YAML::Node& m : w.container["volumeMounts"]) {
+    const std::string dir = m["mountPath"].as<std::string>();
+    if (!absl::StartsWith(path, dir + "/")) continue;
+    for (const YAML::Node& v : w.pod["spec"]["volumes"]) {
+      if (v["name"].Scalar() == m["name"].Scalar() && v["secret"]) {
+        return v["secret"]["secretName"].as<std::string>();
+      }
+    }
+  }
+  return "";
+}
+
+TEST(DeployManifestsTest, EveryProcessSpeaksMutualTlsFromASecret) {
+  for (const Workload& w : Workloads(BaseObjects())) {
+    SCOPED_TRACE(w.name);
+    for (const char* flag : {"tls_cert", "tls_key", "tls_ca"}) {
+      const std::string path = Flag(w.container, flag);
+      ASSERT_FALSE(path.empty()) << "--" << flag << " missing";
+      EXPECT_EQ(SecretMountOf(w, path), "fulcrum-tls") << path;
+    }
+    EXPECT_EQ(Flag(w.container, "insecure"), "");
+    for (const YAML::Node& a : w.container["command"]) {
+      EXPECT_NE(a.Scalar(), "--insecure");
+    }
+    // The secret's files (mode 0440) are readable by the pod's group.
+    EXPECT_EQ(w.pod["spec"]["securityContext"]["fsGroup"].as<int>(), 10001);
+    if (w.name == "fulcrum-coordinator") {
+      EXPECT_EQ(SecretMountOf(w, Flag(w.container, "token_file")),
+                "fulcrum-api-token");
+    }
+  }
+  for (const YAML::Node& patch : LoadDocs("deploy/k8s/gpu/workers-gpu.yaml")) {
+    const YAML::Node c = patch["spec"]["template"]["spec"]["containers"][0];
+    EXPECT_EQ(Flag(c, "tls_ca"), "/etc/fulcrum/tls/ca.crt");
+    EXPECT_EQ(Flag(c, "tls_cert"), "/etc/fulcrum/tls/tls.crt");
+    EXPECT_EQ(Flag(c, "tls_key"), "/etc/fulcrum/tls/tls.key");
+  }
 }
 
 TEST(DeployManifestsTest, TheJobConfigMapIsAValidJobForThisDeployment) {

@@ -21,6 +21,7 @@ ProcessCluster::ProcessCluster(const std::string& name, const Options& options)
       "--heartbeat_ms=200", "--start_grace_ms=3000"};
   argv.insert(argv.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
+  argv.insert(argv.end(), options.all_flags.begin(), options.all_flags.end());
   Add("coordinator", argv);
   if (!WaitForFile(port_file, absl::Seconds(20))) return;
   address_ = "127.0.0.1:" + std::to_string(port);
@@ -31,6 +32,8 @@ ProcessCluster::ProcessCluster(const std::string& name, const Options& options)
         "--coordinator=" + address_};
     shard.insert(shard.end(), options.shard_flags.begin(),
                  options.shard_flags.end());
+    shard.insert(shard.end(), options.all_flags.begin(),
+                 options.all_flags.end());
     Add("shard-" + std::to_string(i), shard);
   }
   for (int i = 1; i <= options.workers; ++i) AddWorker();
@@ -42,6 +45,7 @@ std::string ProcessCluster::AddWorker(const std::vector<std::string>& flags) {
       "--max_jobs=" + std::to_string(options_.worker_max_jobs)};
   argv.insert(argv.end(), options_.worker_flags.begin(),
               options_.worker_flags.end());
+  argv.insert(argv.end(), options_.all_flags.begin(), options_.all_flags.end());
   argv.insert(argv.end(), flags.begin(), flags.end());
   const std::string name = "worker-" + std::to_string(++workers_added_);
   Add(name, argv);
@@ -109,6 +113,10 @@ ProcessCluster::~ProcessCluster() {
 
 RunResult ProcessCluster::Ctl(std::vector<std::string> args,
                               absl::Duration timeout) {
+  args.insert(args.begin(), options_.ctl_flags.begin(),
+              options_.ctl_flags.end());
+  args.insert(args.begin(), options_.all_flags.begin(),
+              options_.all_flags.end());
   args.insert(args.begin(),
               {Runfile("client/fulcrumctl"), "--coordinator=" + address_});
   return RunCommand(args, timeout, dir_ + "/fulcrumctl.log");

@@ -24,6 +24,9 @@ class ProcessCluster {
     int worker_max_jobs = 1;                // workers exit after this many jobs (0: never)
     std::vector<std::string> coordinator_flags;  // e.g. --lease_ms
     std::vector<std::string> shard_flags;
+    // Given to every process and fulcrumctl (e.g. --tls_cert/--tls_key/--tls_ca).
+    std::vector<std::string> all_flags;
+    std::vector<std::string> ctl_flags;  // fulcrumctl only (e.g. --token_file)
   };
   struct MetricsEndpoint {
     std::string role;     // coordinator | server | worker

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Fulcrum from its container image, one container per process as a user
 # deploys it: a coordinator (state on a volume), 2 parameter servers
-# (checkpoints on a volume), 2 workers. fulcrumctl (from the image) submits
+# (checkpoints on a volume), 2 workers, all on mutual TLS (certificates from
+# tools/make_certs.sh) with an API token for fulcrumctl. fulcrumctl (from the image) submits
 # the reference job the image carries; midway one worker container is stopped
 # (SIGTERM: a graceful leave) and a third one started (an elastic join). It
 # checks that the job succeeds at its target, that every container answers
@@ -52,11 +53,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Key material, readable by the image's user (a throwaway CA for this run).
+bash tools/make_certs.sh "$work/tls" --days 1 >/dev/null
+head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$work/tls/token"
+chmod 644 "$work/tls"/*
+tls=(-v "$work/tls:/etc/fulcrum/tls:ro")
+tls_flags=(--tls_cert=/etc/fulcrum/tls/tls.crt --tls_key=/etc/fulcrum/tls/tls.key
+           --tls_ca=/etc/fulcrum/tls/ca.crt)
+ctl_flags=("${tls_flags[@]}" --token_file=/etc/fulcrum/tls/token)
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 run() {  # NAME ARGS... : a detached container on the host network, with a
           # read-only root file system as in deploy/k8s
   local name=$1; shift
-  podman run -d --read-only --name "$prefix-$name" --network host "$@" >/dev/null
+  podman run -d --read-only --name "$prefix-$name" --network host "${tls[@]}" "$@" >/dev/null
 }
 coord_port=$(free_port)
 coord=127.0.0.1:$coord_port
@@ -64,22 +74,25 @@ declare -A metrics
 metrics[coordinator]=$(free_port)
 run coordinator -v "$prefix-state:/var/lib/fulcrum/state" "$image" \
   fulcrum-coordinator --listen="$coord" --heartbeat_ms=200 \
-  --state_dir=/var/lib/fulcrum/state \
-  --metrics_address=127.0.0.1 --metrics_port="${metrics[coordinator]}"
+  --state_dir=/var/lib/fulcrum/state --token_file=/etc/fulcrum/tls/token \
+  --metrics_address=127.0.0.1 --metrics_port="${metrics[coordinator]}" "${tls_flags[@]}"
 for i in 1 2; do
   port=$(free_port); metrics[server-$i]=$(free_port)
   run "server-$i" -v "$prefix-ckpt-$i:/var/lib/fulcrum/checkpoints" "$image" \
     fulcrum-server --listen="127.0.0.1:$port" --coordinator="$coord" \
-    --metrics_address=127.0.0.1 --metrics_port="${metrics[server-$i]}"
+    --metrics_address=127.0.0.1 --metrics_port="${metrics[server-$i]}" "${tls_flags[@]}"
 done
 add_worker() {
   metrics[$1]=$(free_port)
   run "$1" "$image" fulcrum-worker --coordinator="$coord" --device=cpu \
-    --metrics_address=127.0.0.1 --metrics_port="${metrics[$1]}"
+    --metrics_address=127.0.0.1 --metrics_port="${metrics[$1]}" "${tls_flags[@]}"
 }
 add_worker worker-1
 add_worker worker-2
-ctl() { podman run --rm --network host "$image" fulcrumctl --coordinator="$coord" "$@"; }
+ctl() {
+  podman run --rm --network host "${tls[@]}" "$image" fulcrumctl \
+    --coordinator="$coord" "${ctl_flags[@]}" "$@"
+}
 for _ in $(seq 150); do
   n=$(ctl members 2>/dev/null | tail -n +2 | wc -l || true)
   [ "$n" -ge 4 ] && break
@@ -88,10 +101,10 @@ done
 [ "$n" -ge 4 ] || { echo "container_check: only $n of 4 members registered"; podman logs "$prefix-coordinator" | tail; exit 1; }
 
 # The reference job as the image carries it, with checkpoints on the volumes.
-job_id=$(podman run --rm --network host "$image" sh -c \
+job_id=$(podman run --rm --network host "${tls[@]}" "$image" sh -c \
   "sed 's/^seed: .*/seed: 1\ncheckpoint: {every_steps: 500, keep: 2, dir: \/var\/lib\/fulcrum\/checkpoints}/' \
    /etc/fulcrum/jobs/fashion_mnist_mlp.yaml > /tmp/job.yaml &&
-   fulcrumctl --coordinator=$coord submit /tmp/job.yaml")
+   fulcrumctl --coordinator=$coord ${ctl_flags[*]} submit /tmp/job.yaml")
 echo "container_check: submitted $job_id"
 start=$(date +%s)
 # field PATH... of the job's status JSON (a.b.c; lists as counts with #)
@@ -142,6 +155,19 @@ for name in "${!metrics[@]}"; do
   row "$name /readyz, fulcrum_* series" "$ready, $lines"
   [ "$ready" = 200 ] && [ "$lines" -gt 0 ] || ok=0
 done
+# Without the token, or without a client certificate, the coordinator refuses.
+if podman run --rm --network host "${tls[@]}" "$image" fulcrumctl --coordinator="$coord" \
+     "${tls_flags[@]}" list >/dev/null 2>&1; then
+  row "fulcrumctl without the token" "ACCEPTED"; ok=0
+else row "fulcrumctl without the token" "refused"; fi
+if podman run --rm --network host "${tls[@]}" "$image" fulcrumctl --coordinator="$coord" \
+     --tls_ca=/etc/fulcrum/tls/ca.crt --token_file=/etc/fulcrum/tls/token --timeout_ms=3000 \
+     list >/dev/null 2>&1; then
+  row "fulcrumctl without a client certificate" "ACCEPTED"; ok=0
+else row "fulcrumctl without a client certificate" "refused"; fi
+transport=$(podman logs "$prefix-coordinator" 2>&1 | grep -o 'mutual TLS; API token required' | head -1)
+row "coordinator transport" "${transport:-not mutual TLS}"
+[ -n "$transport" ] || ok=0
 ckpts=$(podman run --rm -v "$prefix-ckpt-1:/c" "$image" sh -c 'ls /c/*/ 2>/dev/null | grep -c step- || true')
 row "checkpoint steps on server-1's volume" "$ckpts"
 [ "$ckpts" -gt 0 ] || ok=0

@@ -7,6 +7,7 @@
 #include "common/metrics/http_server.h"
 #include "common/net/allocator.h"
 #include "common/net/signals.h"
+#include "common/net/transport.h"
 #include "absl/strings/numbers.h"
 #include "worker/backend/cpu_backend.h"
 #include "worker/backend/cuda_loader.h"
@@ -34,6 +35,11 @@ ABSL_FLAG(int, metrics_port, 0,
           "port of the /metrics endpoint (0: any free port; -1: off)");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "write the metrics port here once serving");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate this process presents (mutual TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM authority the servers' certificates must chain to (TLS)");
 ABSL_FLAG(int, max_jobs, 0,
           "exit after training this many jobs (0: serve until stopped)");
 
@@ -66,6 +72,13 @@ int main(int argc, char** argv) {
   fulcrum::TuneAllocatorForLargeMessages();
   fulcrum::BlockTerminationSignals();
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status transport = fulcrum::UseTransport(
+          {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+           absl::GetFlag(FLAGS_tls_ca)});
+      !transport.ok()) {
+    std::cerr << "fulcrum-worker: " << transport.message() << "\n";
+    return 2;
+  }
   const std::string device = absl::GetFlag(FLAGS_device);
   absl::StatusOr<std::unique_ptr<fulcrum::Backend>> backend_or =
       MakeBackend(device, absl::GetFlag(FLAGS_threads),

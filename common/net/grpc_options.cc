@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "common/net/transport.h"
+
 namespace fulcrum {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
@@ -16,8 +18,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   args);
+  return grpc::CreateCustomChannel(address, ChannelCredentials(), args);
 }
 
 void ConfigureServer(grpc::ServerBuilder* builder) {

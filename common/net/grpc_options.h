@@ -17,8 +17,8 @@ namespace fulcrum {
 // chunk_bytes) plus headroom for the envelope and a JobSpec.
 inline constexpr int kMaxMessageBytes = 8 << 20;
 
-// An insecure channel with Fulcrum's limits. Insecure transport is meant for
-// loopback and trusted networks (TLS comes with the security work).
+// A channel with Fulcrum's limits and the process's transport security
+// (common/net/transport.h: TLS when configured, else plaintext).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Applies the same limits to a server.

@@ -14,6 +14,8 @@
 #include "common/net/grpc_options.h"
 #include "common/net/port_file.h"
 #include "common/net/signals.h"
+#include "common/net/transport.h"
+#include "common/net/api_token.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/service.h"
@@ -37,6 +39,18 @@ ABSL_FLAG(std::string, state_dir, "",
           "keep the coordinator's state (jobs, generations) here, fsync'd, so "
           "that a restarted coordinator continues running jobs; empty: "
           "in memory only");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate this process serves and dials with (TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM authority peers' certificates must chain to (with --tls_cert: "
+          "mutual TLS)");
+ABSL_FLAG(bool, insecure, false,
+          "serve plaintext gRPC on a non-loopback --listen address (a trusted "
+          "network only; default: refuse without TLS)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the API token fulcrumctl calls must carry (default: "
+          "none needed)");
 ABSL_FLAG(int64_t, start_grace_ms, 1000,
           "once workers.min are idle, wait this long for up to workers.max");
 
@@ -44,6 +58,26 @@ int main(int argc, char** argv) {
   fulcrum::TuneAllocatorForLargeMessages();
   fulcrum::BlockTerminationSignals();
   absl::ParseCommandLine(argc, argv);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  absl::Status transport = fulcrum::UseTransport(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+       absl::GetFlag(FLAGS_tls_ca)});
+  if (transport.ok()) transport = fulcrum::CheckServing(listen, insecure);
+  if (!transport.ok()) {
+    std::cerr << "fulcrum-coordinator: " << transport.message() << "\n";
+    return 2;
+  }
+  fulcrum::ApiToken token;
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    absl::StatusOr<std::string> t =
+        fulcrum::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!t.ok()) {
+      std::cerr << "fulcrum-coordinator: " << t.status().message() << "\n";
+      return 2;
+    }
+    token = fulcrum::ApiToken(*t);
+  }
   fulcrum::GrpcShardControl shard_control;
   fulcrum::Coordinator::Options options;
   options.heartbeat_interval =
@@ -63,21 +97,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   metrics = std::make_unique<fulcrum::CoordinatorMetrics>(registry, &core);
-  fulcrum::CoordinatorService service(&core);
+  fulcrum::CoordinatorService service(&core, token);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, fulcrum::ServerCredentials(), &port);
   fulcrum::ConfigureServer(&builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::cerr << "fulcrum-coordinator: cannot listen on "
-              << absl::GetFlag(FLAGS_listen) << "\n";
+    std::cerr << "fulcrum-coordinator: cannot listen on " << listen << "\n";
     return 1;
   }
-  std::cerr << "fulcrum-coordinator: serving on port " << port
-            << " (insecure transport: use on loopback or a trusted network)\n";
+  std::cerr << "fulcrum-coordinator: serving on port " << port << " ("
+            << fulcrum::DescribeTransport(insecure)
+            << (token.enabled() ? "; API token required" : "") << ")\n";
   auto metrics_server = fulcrum::metrics::ServeProcessMetrics(
       "coordinator", absl::GetFlag(FLAGS_metrics_address),
       absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file),

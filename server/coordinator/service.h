@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/synchronization/mutex.h"
+#include "common/net/api_token.h"
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "server/coordinator/coordinator_core.h"
@@ -14,8 +15,11 @@ namespace fulcrum {
 
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  // `core` is not owned and must outlive the service.
-  explicit CoordinatorService(Coordinator* core) : core_(core) {}
+  // `core` is not owned and must outlive the service. The user-facing calls
+  // (SubmitJob, GetJob, ListJobs, CancelJob, ListMembers) need `token` when
+  // it is enabled; the processes' calls rely on mutual TLS.
+  explicit CoordinatorService(Coordinator* core, ApiToken token = ApiToken())
+      : core_(core), token_(std::move(token)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*,
                          v1::SubmitJobResponse*) override;
@@ -49,6 +53,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
 
  private:
   Coordinator* const core_;  // Not owned.
+  const ApiToken token_;
 };
 
 // ShardControl over gRPC, one cached channel per shard address.

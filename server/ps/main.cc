@@ -11,6 +11,7 @@
 #include "common/net/allocator.h"
 #include "common/net/grpc_options.h"
 #include "common/net/signals.h"
+#include "common/net/transport.h"
 #include "server/ps/service.h"
 #include "server/ps/shard_agent.h"
 #include "server/ps/shard_core.h"
@@ -31,6 +32,15 @@ ABSL_FLAG(std::string, metrics_port_file, "",
 ABSL_FLAG(
     int64_t, stall_threshold_s, 10,
     "log and report a sync step that waits longer than this for some workers");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate this process serves and dials with (TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM authority peers' certificates must chain to (with --tls_cert: "
+          "mutual TLS)");
+ABSL_FLAG(bool, insecure, false,
+          "serve plaintext gRPC on a non-loopback --listen address (a trusted "
+          "network only; default: refuse without TLS)");
 ABSL_FLAG(int64_t, step_timeout_s, 300,
           "longest a step waits for the other workers");
 
@@ -38,6 +48,16 @@ int main(int argc, char** argv) {
   fulcrum::TuneAllocatorForLargeMessages();
   fulcrum::BlockTerminationSignals();
   absl::ParseCommandLine(argc, argv);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  absl::Status transport = fulcrum::UseTransport(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+       absl::GetFlag(FLAGS_tls_ca)});
+  if (transport.ok()) transport = fulcrum::CheckServing(listen, insecure);
+  if (!transport.ok()) {
+    std::cerr << "fulcrum-server: " << transport.message() << "\n";
+    return 2;
+  }
   fulcrum::ParameterShard shard;
   fulcrum::metrics::Registry registry;
   fulcrum::ShardMetrics metrics(registry);
@@ -47,8 +67,7 @@ int main(int argc, char** argv) {
       &shard, {absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s)), &metrics});
   grpc::ServerBuilder builder;
   int port = 0;
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, fulcrum::ServerCredentials(), &port);
   fulcrum::ConfigureServer(&builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -59,8 +78,8 @@ int main(int argc, char** argv) {
   std::string advertise = absl::GetFlag(FLAGS_advertise);
   if (advertise.empty())
     advertise = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
-  std::cerr << "fulcrum-server: serving on " << advertise
-            << " (insecure transport: use on loopback or a trusted network)\n";
+  std::cerr << "fulcrum-server: serving on " << advertise << " ("
+            << fulcrum::DescribeTransport(insecure) << ")\n";
   fulcrum::ShardAgent agent(
       absl::GetFlag(FLAGS_coordinator), advertise, &shard,
       absl::Seconds(absl::GetFlag(FLAGS_stall_threshold_s)));
