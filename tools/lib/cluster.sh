@@ -8,7 +8,11 @@
 #   cluster_stop                        # also installed as the EXIT trap
 #   cluster_targets FILE                # Prometheus file_sd JSON of every
 #                                       # process's /metrics endpoint
+# cluster_flags (array) is passed to every process and fulcrumctl (e.g. the
+# TLS files), cluster_ctl_flags to fulcrumctl only (e.g. --token_file).
 cluster_pids=()
+cluster_flags=()
+cluster_ctl_flags=()
 
 cluster_build() {
   bash tools/setup.sh
@@ -39,7 +43,8 @@ cluster_start() {
   "$bin/server/coordinator/fulcrum-coordinator" --listen=127.0.0.1:0 \
     --port_file="$dir/coordinator.port" --heartbeat_ms=200 \
     --state_dir="$dir/coordinator-state" \
-    --metrics_port_file="$dir/coordinator.metrics_port" 2>"$dir/coordinator.log" &
+    --metrics_port_file="$dir/coordinator.metrics_port" "${cluster_flags[@]}" \
+    2>"$dir/coordinator.log" &
   cluster_pids+=($!)
   for _ in $(seq 100); do [ -s "$dir/coordinator.port" ] && break; sleep 0.1; done
   if [ ! -s "$dir/coordinator.port" ]; then
@@ -49,7 +54,8 @@ cluster_start() {
   coord=127.0.0.1:$(cat "$dir/coordinator.port")
   for i in $(seq "$shards"); do
     "$bin/server/ps/fulcrum-server" --listen=127.0.0.1:0 --coordinator="$coord" \
-      --metrics_port_file="$dir/shard-$i.metrics_port" 2>"$dir/shard-$i.log" &
+      --metrics_port_file="$dir/shard-$i.metrics_port" "${cluster_flags[@]}" \
+      2>"$dir/shard-$i.log" &
     cluster_pids+=($!)
   done
 }
@@ -58,11 +64,15 @@ cluster_add_worker() {
   local dir=$1 name=$2
   shift 2
   "$bin/worker/fulcrum-worker" --coordinator="$coord" \
-    --metrics_port_file="$dir/$name.metrics_port" "$@" 2>"$dir/$name.log" &
+    --metrics_port_file="$dir/$name.metrics_port" "${cluster_flags[@]}" "$@" \
+    2>"$dir/$name.log" &
   cluster_pids+=($!)
 }
 
-ctl() { "$bin/client/fulcrumctl" --coordinator="$coord" "$@"; }
+ctl() {
+  "$bin/client/fulcrumctl" --coordinator="$coord" "${cluster_flags[@]}" \
+    "${cluster_ctl_flags[@]}" "$@"
+}
 
 cluster_wait_members() {
   local want=$1 n
