@@ -255,7 +255,12 @@ class ShardFaultTest : public FaultTest {
  protected:
   // Kills a shard just after a complete checkpoint, optionally corrupts
   // that checkpoint, restarts the shard, and checks the recovery.
-  void Run(const std::string& name, bool corrupt) {
+  // `consistency`: extra job spec lines; `ahead`: how many steps the job's
+  // step may run ahead of the newest complete checkpoint's beyond
+  // every_steps (ssp: a worker may be `staleness` clocks ahead of the
+  // slowest, whose clock names the checkpoint).
+  void Run(const std::string& name, bool corrupt,
+           const std::string& consistency = "", int ahead = 0) {
     ProcessCluster c(name, {.shards = 2,
                             .workers = 2,
                             .coordinator_flags = {"--lease_ms=2000"}});
@@ -265,7 +270,8 @@ class ShardFaultTest : public FaultTest {
     const std::string job = Submit(
         c, Job(name, absl::StrCat("epochs: 3\nworkers: {min: 2, max: 2}\n"
                                   "shards: 2\ncheckpoint: {every_steps: ",
-                                  every, ", dir: ", dir, ", keep: 3}\n")));
+                                  every, ", dir: ", dir, ", keep: 3}\n",
+                                  consistency)));
     v1::JobStatus s = WaitFor(
         c, job,
         [](const v1::JobStatus& s) { return s.checkpoint_step() >= 100; },
@@ -314,7 +320,7 @@ class ShardFaultTest : public FaultTest {
       EXPECT_EQ(Count(s, "checkpoint_rejected"), 1) << s.DebugString();
     } else {
       EXPECT_EQ(restored, newest) << s.DebugString();
-      EXPECT_LE(reached - restored, every)
+      EXPECT_LE(reached - restored, every + ahead)
           << "recomputed more than every_steps\n" << s.DebugString();
     }
     ExpectFinishedExactlyOnce(c, job, 3);
@@ -323,6 +329,11 @@ class ShardFaultTest : public FaultTest {
 
 TEST_F(ShardFaultTest, KilledShardRestartsFromTheLastCompleteCheckpoint) {
   Run("kill_shard", false);
+}
+
+// ssp checkpoints: step N once every worker's clock reached it.
+TEST_F(ShardFaultTest, KilledShardOfAnSspJobRestartsFromItsLastCheckpoint) {
+  Run("kill_shard_ssp", false, "consistency: {mode: ssp, staleness: 3}\n", 3);
 }
 
 TEST_F(ShardFaultTest, CorruptCheckpointIsRejectedAndThePreviousOneUsed) {

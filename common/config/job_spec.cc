@@ -331,12 +331,6 @@ absl::Status ValidateCheckpoint(const v1::JobSpec& spec) {
     return Bad("checkpoint.dir", "must be set when checkpoint.every_steps > 0");
   if (c.keep() < 1)
     return Bad("checkpoint.keep", absl::StrCat("must be >= 1", Got(c.keep())));
-  if (spec.consistency().mode() != "sync") {
-    return Bad(
-        "checkpoint.every_steps",
-        "checkpoints need consistency.mode sync (a consistent cut); ssp/async "
-        "checkpoints are not supported yet");
-  }
   return absl::OkStatus();
 }
 

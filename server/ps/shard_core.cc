@@ -271,9 +271,28 @@ absl::StatusOr<PushOutcome> JobShard::Push(int member, const PushChunk& c) {
                                              ? PushSync(*p, member, c)
                                              : PushOnArrival(*p, member, c));
   if (c.stop && mode_ != Mode::kSync) stop_requested_ = true;
-  if (outcome == PushOutcome::kCompleted)
-    clocks_.PartitionDone(member, c.step, c.generation);
+  if (outcome == PushOutcome::kCompleted &&
+      clocks_.PartitionDone(member, c.step, c.generation) &&
+      mode_ != Mode::kSync) {
+    MaybeCheckpointByClock();
+  }
   return outcome;
+}
+
+void JobShard::MaybeCheckpointByClock() {
+  if (checkpointer_ == nullptr) return;
+  const int64_t every = init_.spec.checkpoint().every_steps();
+  const int64_t clock = clocks_.MinClock();
+  if (clock == INT64_MAX || clock < every) return;
+  const int64_t step = clock / every * every;
+  absl::MutexLock serial(&clock_checkpoint_mu_);
+  if (step <= clock_checkpoint_) return;
+  clock_checkpoint_ = step;
+  for (int32_t id : ids_) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    checkpointer_->Add(step, id, SaveLocked(p));
+  }
 }
 
 namespace {
@@ -748,10 +767,14 @@ absl::StatusOr<Reconfigured> JobShard::Reconfigure(
       hi = std::max(hi, p.version);
       p.changed.SignalAll();
     }
-    if (mode_ != Mode::kSync && !restore) {  // clocks, not update counts
-      lo = clocks_.MinClock();
-      hi = clocks_.MaxClock();
-      if (lo == INT64_MAX) lo = hi;  // every member had finished
+    if (mode_ != Mode::kSync) {  // clocks, not update counts
+      if (restore) {
+        lo = hi = restore_step;  // every member resumes at the checkpoint
+      } else {
+        lo = clocks_.MinClock();
+        hi = clocks_.MaxClock();
+        if (lo == INT64_MAX) lo = hi;  // every member had finished
+      }
     }
     clocks_.Reset(members, 0, generation);
     result.min_version = lo == INT64_MAX ? 0 : lo;
@@ -802,6 +825,10 @@ absl::StatusOr<Reconfigured> JobShard::Reconfigure(
   }
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(align_version);
   clocks_.Reset(members, align_version, generation);
+  if (mode_ != Mode::kSync) {
+    absl::MutexLock lock(&clock_checkpoint_mu_);
+    clock_checkpoint_ = align_version;
+  }
   {
     absl::MutexLock lock(&members_mu_);
     serving_ = true;

@@ -201,6 +201,10 @@ class JobShard {
   // Loads this shard's checkpoint of `step` into every partition (0: the
   // initial parameters). All or nothing.
   absl::Status RestoreCheckpoint(int64_t step);
+  // ssp/async: checkpoint N is taken once every member's clock reached N (a
+  // multiple of every_steps): each partition as it is then. Partitions are
+  // not a consistent cut across each other (nor are ssp/async reads).
+  void MaybeCheckpointByClock();
 
   const JobInit init_;
   const ParameterLayout layout_;
@@ -219,6 +223,9 @@ class JobShard {
   ClockTable clocks_;
   // ssp/async: a worker asked to stop.
   std::atomic<bool> stop_requested_{false};
+  // ssp/async: the newest clock checkpointed (or restored / aligned to).
+  absl::Mutex clock_checkpoint_mu_;
+  int64_t clock_checkpoint_ ABSL_GUARDED_BY(clock_checkpoint_mu_) = 0;
   // Last member: destroyed first, so queued checkpoint writes finish.
   std::unique_ptr<CheckpointWriter> checkpointer_;
 };

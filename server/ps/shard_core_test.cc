@@ -415,6 +415,79 @@ TEST(ShardCoreTest, ReconfigureRestoresACheckpointOrRejectsACorruptOne) {
   for (int32_t id : ids) EXPECT_EQ(ReadPartition(**job, id), at[0][id]) << id;
 }
 
+// ssp/async: checkpoint N is written once every member's clock reached N,
+// with each partition as it is then (a faster member's later steps
+// included); restoring it resumes every member at clock N.
+class ClockCheckpointTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ClockCheckpointTest, WrittenWhenEveryClockReachedTheStepAndRestored) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") +
+                          "/clock_ckpt_" + GetParam();
+  JobInit init = MultiPartitionJob({"a", "b"});
+  init.spec.mutable_consistency()->set_mode(GetParam());
+  if (std::string(GetParam()) == "ssp")
+    init.spec.mutable_consistency()->set_staleness(3);
+  init.spec.mutable_checkpoint()->set_every_steps(2);
+  init.spec.mutable_checkpoint()->set_dir(dir);
+  auto job = JobShard::Create(init);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::vector<int32_t> ids = (*job)->partition_ids();
+  ASSERT_GE(ids.size(), 2u);
+  auto push = [&](int member, int step) {
+    for (int32_t id : ids) {
+      std::vector<float> g((*job)->PartitionSize(id),
+                           0.125f * (member + 1) * (step + 1));
+      ASSERT_TRUE(Completed((*job)->Push(
+          member, PartChunk(id, step, g, 4, 1, 100 * member + 10 * (step + 1)))));
+    }
+  };
+  // a runs 4 steps ahead; b has done none: no member-wide clock of 2 yet.
+  for (int step = 0; step < 4; ++step) push(0, step);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_TRUE((*job)->CheckpointSteps().empty());
+  push(1, 0);
+  push(1, 1);  // every clock >= 2 now: checkpoint 2, a's 4 steps included
+  std::map<int32_t, std::vector<float>> at2;
+  for (int32_t id : ids) at2[id] = ReadPartition(**job, id);
+  for (int i = 0; i < 300 && (*job)->LastCheckpoint() < 2; ++i)
+    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ((*job)->CheckpointSteps(), (std::vector<int64_t>{2}));
+  push(1, 2);  // b's clock 3: min 3, nothing new
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ((*job)->CheckpointSteps(), (std::vector<int64_t>{2}));
+
+  // Restore: every member resumes at clock 2 with the partitions as they
+  // were when the checkpoint was taken.
+  absl::StatusOr<Reconfigured> frozen =
+      (*job)->Reconfigure(2, {"a", "b"}, -1, true, 2);
+  ASSERT_TRUE(frozen.ok()) << frozen.status();
+  EXPECT_EQ(frozen->min_version, 2);
+  EXPECT_EQ(frozen->max_version, 2);
+  absl::StatusOr<Reconfigured> aligned =
+      (*job)->Reconfigure(2, {"a", "b"}, 2, false, 0);
+  ASSERT_TRUE(aligned.ok()) << aligned.status();
+  for (int32_t id : ids) EXPECT_EQ(ReadPartition(**job, id), at2[id]) << id;
+  // The ledger as of the checkpoint: a's four steps and b's two, 10 samples
+  // each, all in chunk 7.
+  ASSERT_TRUE(aligned->has_ledger);
+  EXPECT_EQ(aligned->ledger.at(7).samples, 60);
+  // Steps before 2 are acknowledged as done; step 2 is taken, by both.
+  std::vector<float> g((*job)->PartitionSize(ids[0]), 1.0f);
+  absl::StatusOr<PushOutcome> old = (*job)->Push(0, PartChunk(ids[0], 1, g, 4, 2, 10));
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(*old, PushOutcome::kAlreadyComplete);
+  for (int member : {0, 1}) {
+    absl::StatusOr<PushOutcome> next =
+        (*job)->Push(member, PartChunk(ids[0], 2, g, 4, 2, 10));
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(*next, PushOutcome::kCompleted) << member;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SspAndAsync, ClockCheckpointTest,
+                         ::testing::Values("ssp", "async"));
+
 TEST(ShardCoreTest, WaitForVersionWakesOnUpdateAndEnd) {
   auto job = JobShard::Create(TinyJob({"a"}));
   ASSERT_TRUE(job.ok());
