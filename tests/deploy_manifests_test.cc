@@ -302,8 +302,31 @@ TEST(DeployManifestsTest, TheJobConfigMapIsAValidJobForThisDeployment) {
   const std::string containerfile =
       ReadFile(Runfile("deploy/containers/Containerfile"));
   ASSERT_FALSE(maps[0]["data"].size() == 0);
+  int jobs = 0;
   for (const auto& kv : maps[0]["data"]) {
     SCOPED_TRACE(kv.first.Scalar());
+    if (kv.first.Scalar() == "fulcrumctl.flags") {
+      // fulcrumctl's flag file: flags it accepts, files the pod mounts.
+      const std::set<std::string> known = FlagsOf("fulcrumctl");
+      for (absl::string_view line :
+           absl::StrSplit(kv.second.Scalar(), '\n', absl::SkipWhitespace())) {
+        ASSERT_TRUE(absl::ConsumePrefix(&line, "--")) << line;
+        const size_t eq = line.find('=');
+        const std::string name(line.substr(0, eq));
+        EXPECT_TRUE(known.count(name)) << "fulcrumctl has no flag --" << name;
+        const std::string value(line.substr(eq + 1));
+        if (name == "coordinator") {
+          EXPECT_EQ(value, Flag(by_name["fulcrum-worker"].container,
+                                "coordinator"));
+        } else if (absl::EndsWith(name, "_file") ||
+                   absl::StartsWith(name, "tls_")) {
+          EXPECT_NE(SecretMountOf(by_name["fulcrum-coordinator"], value), "")
+              << value << " is not in a secret the coordinator pod mounts";
+        }
+      }
+      continue;
+    }
+    ++jobs;
     absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(kv.second.Scalar());
     ASSERT_TRUE(spec.ok()) << spec.status();
     ApplyDefaults(&*spec);
@@ -325,6 +348,7 @@ TEST(DeployManifestsTest, TheJobConfigMapIsAValidJobForThisDeployment) {
     EXPECT_LE(spec->workers().min(),
               by_name["fulcrum-worker"].object["spec"]["replicas"].as<int>());
   }
+  EXPECT_GE(jobs, 1);
   // The coordinator pod mounts the ConfigMap (for fulcrumctl submit there).
   bool mounted = false;
   for (const YAML::Node& v : by_name["fulcrum-coordinator"].pod["spec"]["volumes"]) {
