@@ -13,6 +13,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <atomic>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -70,8 +71,8 @@ class SecureCoordinatorTest : public ::testing::Test {
                               Tls("cluster", "ca.crt")})
                     .ok());
     core_ = std::make_unique<Coordinator>(Coordinator::Options{}, &shards_);
-    service_ =
-        std::make_unique<CoordinatorService>(core_.get(), ApiToken("t0ken"));
+    service_ = std::make_unique<CoordinatorService>(
+        core_.get(), ApiToken("t0ken"), [this] { ++refused_; });
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", ServerCredentials(), &port_);
     builder.RegisterService(service_.get());
@@ -125,11 +126,13 @@ class SecureCoordinatorTest : public ::testing::Test {
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::atomic<int> refused_{0};
 };
 
 TEST_F(SecureCoordinatorTest, MutualTlsWithTheTokenGetsThrough) {
   auto stub = Client("cluster", "cluster");
   EXPECT_TRUE(List(stub.get(), "t0ken").ok());
+  EXPECT_EQ(refused_.load(), 0);
   const grpc::Status s = Submit(stub.get(), "t0ken");
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(core_->ListJobs().size(), 1u);
@@ -155,6 +158,7 @@ TEST_F(SecureCoordinatorTest, AMissingOrWrongTokenIsUnauthenticated) {
     EXPECT_EQ(s.error_message(), "authorization: invalid API token");
   }
   EXPECT_TRUE(core_->ListJobs().empty()) << "a refused submit changed state";
+  EXPECT_EQ(refused_.load(), 5) << "every refused call is counted";
 }
 
 TEST_F(SecureCoordinatorTest, WrongTransportCredentialsAreRefused) {

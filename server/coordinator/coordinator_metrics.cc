@@ -16,6 +16,9 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r,
       members_lost_(r.AddCounter(
           "fulcrum_coordinator_members_lost_total",
           "Workers and shards dropped because their lease expired.", {"role"})),
+      unauthenticated_(r.AddCounter(
+          "fulcrum_coordinator_unauthenticated_total",
+          "User-facing calls refused for a missing or wrong API token.", {})),
       live_workers_(r.AddGauge("fulcrum_coordinator_live_workers",
                                "Workers training the job now.", {"job_id"})),
       generation_(r.AddGauge("fulcrum_coordinator_generation",
@@ -52,11 +55,16 @@ CoordinatorMetrics::CoordinatorMetrics(metrics::Registry& r,
     members_.WithLabels({role}).Set(0);
     members_lost_.WithLabels({role});
   }
+  unauthenticated_.WithLabels();
   r.AddCollector([this] { Collect(); });
 }
 
 void CoordinatorMetrics::MemberLost(const std::string& role) {
   members_lost_.WithLabels({role}).Increment();
+}
+
+void CoordinatorMetrics::Unauthenticated() {
+  unauthenticated_.WithLabels().Increment();
 }
 
 void CoordinatorMetrics::Collect() {

@@ -21,6 +21,8 @@ class CoordinatorMetrics {
 
   // For Coordinator::Options::on_member_lost.
   void MemberLost(const std::string& role);
+  // For CoordinatorService: a user-facing call refused for its API token.
+  void Unauthenticated();
 
  private:
   void Collect();
@@ -29,6 +31,7 @@ class CoordinatorMetrics {
   metrics::Family<metrics::Gauge>& jobs_;
   metrics::Family<metrics::Gauge>& members_;
   metrics::Family<metrics::Counter>& members_lost_;
+  metrics::Family<metrics::Counter>& unauthenticated_;
   metrics::Family<metrics::Gauge>& live_workers_;
   metrics::Family<metrics::Gauge>& generation_;
   metrics::Family<metrics::Gauge>& running_;

@@ -97,7 +97,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   metrics = std::make_unique<fulcrum::CoordinatorMetrics>(registry, &core);
-  fulcrum::CoordinatorService service(&core, token);
+  fulcrum::CoordinatorService service(&core, token, [&metrics] {
+    if (metrics != nullptr) metrics->Unauthenticated();
+  });
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, fulcrum::ServerCredentials(), &port);

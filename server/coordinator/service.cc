@@ -15,10 +15,17 @@ grpc::Status Reply(absl::StatusOr<T> result, Out* out) {
 
 }  // namespace
 
+grpc::Status CoordinatorService::Authorize(
+    const grpc::ServerContext& context) const {
+  grpc::Status s = token_.Check(context);
+  if (!s.ok() && on_unauthenticated_) on_unauthenticated_();
+  return s;
+}
+
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
                                            const v1::SubmitJobRequest* r,
                                            v1::SubmitJobResponse* out) {
-  if (grpc::Status auth = token_.Check(*context); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(*context); !auth.ok()) return auth;
   absl::StatusOr<std::string> id = core_->SubmitJob(r->spec());
   if (!id.ok()) return ToGrpcStatus(id.status());
   out->set_job_id(*id);
@@ -28,14 +35,14 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
                                         const v1::GetJobRequest* r,
                                         v1::JobStatus* out) {
-  if (grpc::Status auth = token_.Check(*context); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(*context); !auth.ok()) return auth;
   return Reply(core_->GetJob(r->job_id()), out);
 }
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                                           const v1::ListJobsRequest*,
                                           v1::ListJobsResponse* out) {
-  if (grpc::Status auth = token_.Check(*context); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(*context); !auth.ok()) return auth;
   for (v1::JobStatus& s : core_->ListJobs()) *out->add_jobs() = std::move(s);
   return grpc::Status::OK;
 }
@@ -43,7 +50,7 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
                                            const v1::CancelJobRequest* r,
                                            v1::JobStatus* out) {
-  if (grpc::Status auth = token_.Check(*context); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(*context); !auth.ok()) return auth;
   return Reply(core_->CancelJob(r->job_id()), out);
 }
 
@@ -87,7 +94,7 @@ grpc::Status CoordinatorService::ReportProgress(
 grpc::Status CoordinatorService::ListMembers(grpc::ServerContext* context,
                                              const v1::ListMembersRequest*,
                                              v1::ListMembersResponse* out) {
-  if (grpc::Status auth = token_.Check(*context); !auth.ok()) return auth;
+  if (grpc::Status auth = Authorize(*context); !auth.ok()) return auth;
   for (v1::Member& m : core_->ListMembers()) *out->add_members() = std::move(m);
   return grpc::Status::OK;
 }

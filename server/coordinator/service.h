@@ -2,6 +2,7 @@
 #ifndef FULCRUM_SERVER_COORDINATOR_SERVICE_H_
 #define FULCRUM_SERVER_COORDINATOR_SERVICE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -18,8 +19,14 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // `core` is not owned and must outlive the service. The user-facing calls
   // (SubmitJob, GetJob, ListJobs, CancelJob, ListMembers) need `token` when
   // it is enabled; the processes' calls rely on mutual TLS.
-  explicit CoordinatorService(Coordinator* core, ApiToken token = ApiToken())
-      : core_(core), token_(std::move(token)) {}
+  // `on_unauthenticated` (may be empty) hears of every call the token
+  // refused.
+  explicit CoordinatorService(
+      Coordinator* core, ApiToken token = ApiToken(),
+      std::function<void()> on_unauthenticated = nullptr)
+      : core_(core),
+        token_(std::move(token)),
+        on_unauthenticated_(std::move(on_unauthenticated)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*,
                          v1::SubmitJobResponse*) override;
@@ -52,8 +59,11 @@ class CoordinatorService final : public v1::Coordinator::Service {
                           v1::LeaseChunkResponse*) override;
 
  private:
+  grpc::Status Authorize(const grpc::ServerContext& context) const;
+
   Coordinator* const core_;  // Not owned.
   const ApiToken token_;
+  const std::function<void()> on_unauthenticated_;
 };
 
 // ShardControl over gRPC, one cached channel per shard address.
