@@ -34,27 +34,8 @@ cluster_start "$run" "$shards"
 for i in $(seq "$workers"); do cluster_add_worker "$run" "worker-$i"; done
 cluster_wait_members $((workers + shards))
 
-# Runs a job of $1 steps; prints its training seconds (coordinator clock).
-fulcrum_job() {
-  cat > "$run/job.yaml" <<YAML
-name: bench
-model: {type: mlp, layers: [784, 256, 128, 10]}
-dataset: {format: idx, dir: /usr/share/datasets/fashion-mnist}
-optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
-batch_size: 64
-epochs: 100
-workers: {min: $workers, max: $workers}
-shards: $shards
-seed: 1
-eval_every_steps: 1000000
-max_steps: $1
-YAML
-  local id
-  id=$(ctl submit "$run/job.yaml")
-  ctl status "$id" --watch >/dev/null
-  ctl status "$id" --json | /usr/bin/python3 -c \
-    'import json,sys; j=json.load(sys.stdin); print(j["end_time_unix"]-j["start_time_unix"], j["progress"]["test_accuracy"])'
-}
+# Runs a job of $1 steps; prints its training seconds and test accuracy.
+fulcrum_job() { cluster_timed_job "$run" "$1" "$workers" "$shards"; }
 
 fulcrum_job 50 >/dev/null  # loads the data into the workers' caches
 printf "%-4s %14s %14s %8s %10s %10s\n" run "fulcrum smp/s" "ddp smp/s" ratio "fulcrum acc" "ddp acc"

@@ -28,24 +28,7 @@ rm -rf "$certs"
 bash tools/make_certs.sh "$certs" --days 1 >/dev/null
 
 job_seconds() {  # STEPS -> training seconds of a job of that many steps
-  cat > "$run/job.yaml" <<YAML
-name: bench-tls
-model: {type: mlp, layers: [784, 256, 128, 10]}
-dataset: {format: idx, dir: /usr/share/datasets/fashion-mnist}
-optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
-batch_size: 64
-epochs: 100
-workers: {min: $workers, max: $workers}
-shards: $shards
-seed: 1
-eval_every_steps: 1000000
-max_steps: $1
-YAML
-  local id
-  id=$(ctl submit "$run/job.yaml")
-  ctl status "$id" --watch >/dev/null
-  ctl status "$id" --json | /usr/bin/python3 -c \
-    'import json,sys; j=json.load(sys.stdin); print(j["end_time_unix"]-j["start_time_unix"])'
+  cluster_timed_job "$run" "$1" "$workers" "$shards" | cut -d' ' -f1
 }
 
 measure() {  # plaintext|tls -> steady-state samples/s

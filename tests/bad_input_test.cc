@@ -16,6 +16,7 @@
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/no_shards.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/service.h"
 #include "server/ps/service.h"
@@ -229,16 +230,7 @@ TEST_F(BadInputTest, BadInitJobNamesTheField) {
   EXPECT_EQ(s.error_message(), "optimizer.lr must be > 0, got -1");
 }
 
-class NoShards : public ShardControl {
-  absl::Status InitJob(const std::string&, const v1::InitJobRequest&) override {
-    return absl::OkStatus();
-  }
-  void EndJob(const std::string&, const std::string&) override {}
-  absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
-      const std::string&, const v1::ReconfigureRequest&) override {
-    return v1::ReconfigureResponse();
-  }
-};
+using testing::NoShards;
 
 // Serves `service` on a kernel-picked loopback port.
 std::unique_ptr<grpc::Server> Serve(grpc::Service* service, int* port) {

@@ -25,6 +25,7 @@
 #include "common/testing/process.h"
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/no_shards.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/service.h"
 #include "tests/process_cluster.h"
@@ -36,16 +37,7 @@ std::string Tls(const std::string& authority, const std::string& file) {
   return testing::Runfile("tests/testdata/tls/" + authority + "/" + file);
 }
 
-class NoShards : public ShardControl {
-  absl::Status InitJob(const std::string&, const v1::InitJobRequest&) override {
-    return absl::OkStatus();
-  }
-  void EndJob(const std::string&, const std::string&) override {}
-  absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
-      const std::string&, const v1::ReconfigureRequest&) override {
-    return v1::ReconfigureResponse();
-  }
-};
+using testing::NoShards;
 
 v1::JobSpec ValidSpec() {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(R"(

@@ -125,6 +125,13 @@ absl::Status CheckServing(const std::string& listen, bool allow_insecure) {
       "--tls_ca) or accept plaintext on this network with --insecure"));
 }
 
+absl::Status UseServingTransport(const TlsFiles& files,
+                                 const std::string& listen,
+                                 bool allow_insecure) {
+  absl::Status s = UseTransport(files);
+  return s.ok() ? CheckServing(listen, allow_insecure) : s;
+}
+
 std::string DescribeTransport(bool allow_insecure) {
   const Transport& t = Current();
   if (t.mutual()) return "mutual TLS";

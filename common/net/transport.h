@@ -62,6 +62,11 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
 // unless `allow_insecure` (--insecure). INVALID_ARGUMENT naming the flags.
 absl::Status CheckServing(const std::string& listen, bool allow_insecure);
 
+// A server's main: UseTransport(files), then CheckServing.
+absl::Status UseServingTransport(const TlsFiles& files,
+                                 const std::string& listen,
+                                 bool allow_insecure);
+
 // One line for the log: "mutual TLS", "TLS (no client certificates)",
 // "insecure: plaintext, loopback only" or "insecure: plaintext (--insecure)".
 std::string DescribeTransport(bool allow_insecure);

@@ -50,11 +50,11 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const bool insecure = absl::GetFlag(FLAGS_insecure);
-  absl::Status transport = fulcrum::UseTransport(
-      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-       absl::GetFlag(FLAGS_tls_ca)});
-  if (transport.ok()) transport = fulcrum::CheckServing(listen, insecure);
-  if (!transport.ok()) {
+  if (absl::Status transport = fulcrum::UseServingTransport(
+          {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+           absl::GetFlag(FLAGS_tls_ca)},
+          listen, insecure);
+      !transport.ok()) {
     std::cerr << "fulcrum-server: " << transport.message() << "\n";
     return 2;
   }

@@ -5,6 +5,8 @@
 #   cluster_add_worker DIR NAME [FLAG...]
 #   cluster_wait_members N              # until N workers+shards registered
 #   ctl ARGS...                         # fulcrumctl against the cluster
+#   cluster_timed_job DIR STEPS W S     # the benchmarks' reference job:
+#                                       # prints "seconds test_accuracy"
 #   cluster_stop                        # also installed as the EXIT trap
 #   cluster_targets FILE                # Prometheus file_sd JSON of every
 #                                       # process's /metrics endpoint
@@ -72,6 +74,30 @@ cluster_add_worker() {
 ctl() {
   "$bin/client/fulcrumctl" --coordinator="$coord" "${cluster_flags[@]}" \
     "${cluster_ctl_flags[@]}" "$@"
+}
+
+# MLP 784-256-128-10 on Fashion-MNIST, batch 64 per worker, momentum SGD,
+# W workers and S shards, STEPS steps, evaluated at the end only. Prints its
+# training seconds (coordinator clock) and test accuracy.
+cluster_timed_job() {
+  local dir=$1 steps=$2 workers=$3 shards=$4 id
+  cat > "$dir/job.yaml" <<YAML
+name: bench
+model: {type: mlp, layers: [784, 256, 128, 10]}
+dataset: {format: idx, dir: /usr/share/datasets/fashion-mnist}
+optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
+batch_size: 64
+epochs: 100
+workers: {min: $workers, max: $workers}
+shards: $shards
+seed: 1
+eval_every_steps: 1000000
+max_steps: $steps
+YAML
+  id=$(ctl submit "$dir/job.yaml")
+  ctl status "$id" --watch >/dev/null
+  ctl status "$id" --json | /usr/bin/python3 -c \
+    'import json,sys; j=json.load(sys.stdin); print(j["end_time_unix"]-j["start_time_unix"], j["progress"]["test_accuracy"])'
 }
 
 cluster_wait_members() {
