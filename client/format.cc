@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -16,8 +17,8 @@ std::string ProgressLine(const v1::JobStatus& s) {
     const int width = 20;
     const int filled =
         static_cast<int>(std::min<int64_t>(width, p.step() * width / total));
-    bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') +
-          "] ";
+    bar = absl::StrCat("[", std::string(filled, '#'),
+                       std::string(width - filled, '.'), "] ");
   }
   std::string line =
       absl::StrFormat("%s %-9s %sepoch %d/%d step %d/%d", s.job_id(),
