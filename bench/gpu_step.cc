@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
     }
     backend = std::move(*gpu);
 #else
-    std::cerr << "gpu_step: built without CUDA\n";
+    std::cerr << "gpu_step: built without CUDA"
+              << (tf32 ? " (--tf32 needs it too)" : "") << "\n";
     return 1;
 #endif
   }

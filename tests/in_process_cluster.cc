@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/net/grpc_options.h"
 #include "worker/backend/cpu_backend.h"
 
@@ -34,7 +35,7 @@ TrainRun TrainInProcess(
   spec.mutable_dataset()->set_sharding("static");
   std::vector<std::unique_ptr<ShardServer>> servers;
   std::vector<std::string> addresses, ids;
-  for (int w = 0; w < workers; ++w) ids.push_back("w" + std::to_string(w));
+  for (int w = 0; w < workers; ++w) ids.push_back(absl::StrCat("w", w));
   TrainRun run;
   run.results.resize(workers);
   run.errors.resize(workers);
