@@ -77,6 +77,22 @@ absl::StatusOr<const LabeledImages*> Trainer::Load(const v1::DatasetSpec& d,
   return raw;
 }
 
+absl::Status Trainer::Prepare(const v1::JobSpec& spec) {
+  if (spec.model().layers_size() < 2) {
+    return absl::InvalidArgumentError("model.layers needs at least 2 sizes");
+  }
+  const int inputs = spec.model().layers(0);
+  const int classes = spec.model().layers(spec.model().layers_size() - 1);
+  ASSIGN_OR_RETURN(const LabeledImages* train,
+                   Load(spec.dataset(), true, classes));
+  if (train->images.rows * train->images.cols != inputs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers[0] is ", inputs, " but the images have ",
+        train->images.rows * train->images.cols, " pixels"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
                                          ProgressSink* sink) {
   const v1::JobSpec& spec = first.spec;
@@ -85,13 +101,9 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
   ASSIGN_OR_RETURN(
       ParameterLayout layout,
       ParameterLayout::ForMlp(sizes, spec.shards(), spec.partition_bytes()));
+  RETURN_IF_ERROR(Prepare(spec));  // loaded already after a prepare
   ASSIGN_OR_RETURN(const LabeledImages* train,
                    Load(spec.dataset(), true, sizes.back()));
-  if (train->images.rows * train->images.cols != sizes.front()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.layers[0] is ", sizes.front(), " but the images have ",
-        train->images.rows * train->images.cols, " pixels"));
-  }
   const bool chunked = spec.dataset().sharding() == "chunks";
   if (chunked && sink == nullptr) {
     return absl::FailedPreconditionError(

@@ -91,6 +91,12 @@ class Trainer {
   absl::StatusOr<TrainResult> Run(const Assignment& assignment,
                                   ProgressSink* sink);
 
+  // Loads (and keeps) the job's training data, so that a later Run of the
+  // job starts training at once: a worker joining a running job prepares
+  // before the others wait for it. The errors Run would return for the
+  // data.
+  absl::Status Prepare(const v1::JobSpec& spec);
+
  private:
   absl::StatusOr<const LabeledImages*> Load(const v1::DatasetSpec& d,
                                             bool train, int classes);

@@ -66,7 +66,12 @@ void WorkerAgent::HeartbeatLoop() {
       request.set_job_id(current_job_);
       request.set_generation(current_generation_);
       *request.mutable_progress() = progress_;
-      interval = interval_ms_;
+      request.set_prepared_job(prepared_job_);
+      request.set_prepare_error(prepare_error_);
+      // Prepared: the generation that takes us in comes within a round.
+      interval = absl::Now() < fast_poll_until_
+                     ? std::min<int64_t>(50, interval_ms_)
+                     : interval_ms_;
       poke_ = false;
     }
     request.set_hostname(hostname_);
@@ -85,7 +90,21 @@ void WorkerAgent::HeartbeatLoop() {
       if (!Register()) return;
       continue;
     }
-    if (s.ok()) {
+    if (s.ok() && response.assignment().prepare()) {
+      absl::MutexLock lock(&mu_);
+      const v1::WorkerAssignment& a = response.assignment();
+      if (current_job_.empty() && a.job_id() != prepared_job_ &&
+          !(prepare_.has_value() && prepare_->job_id() == a.job_id())) {
+        if (a.job_id() == finished_job_) {
+          prepared_job_ = a.job_id();  // trained (or left) it already
+          prepare_error_ = "this worker already ended its part in the job";
+          poke_ = true;
+        } else {
+          prepare_ = a;
+          changed_.SignalAll();
+        }
+      }
+    } else if (s.ok()) {
       absl::MutexLock lock(&mu_);
       const v1::WorkerAssignment& a = response.assignment();
       if (!current_job_.empty() &&
@@ -218,12 +237,35 @@ int WorkerAgent::Run() {
     v1::WorkerAssignment a;
     {
       absl::MutexLock lock(&mu_);
-      while (!assignment_.has_value() && !shutdown_.HasBeenNotified()) {
+      while (!assignment_.has_value() && !prepare_.has_value() &&
+             !shutdown_.HasBeenNotified()) {
         changed_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+      }
+      if (!assignment_.has_value() && prepare_.has_value()) {
+        const v1::WorkerAssignment offer = *prepare_;
+        prepare_.reset();
+        mu_.Unlock();
+        std::cerr << "fulcrum-worker: preparing to join " << offer.job_id()
+                  << "\n";
+        const absl::Status prepared = trainer.Prepare(offer.spec());
+        if (!prepared.ok()) {
+          std::cerr << "fulcrum-worker: cannot join " << offer.job_id()
+                    << ": " << prepared << "\n";
+        }
+        mu_.Lock();
+        prepared_job_ = offer.job_id();
+        prepare_error_ = prepared.ok() ? "" : prepared.ToString();
+        fast_poll_until_ = absl::Now() + absl::Seconds(10);
+        poke_ = true;
+        changed_.SignalAll();
+        continue;
       }
       if (!assignment_.has_value()) break;
       a = *assignment_;
       assignment_.reset();
+      prepared_job_.clear();
+      prepare_error_.clear();
+      fast_poll_until_ = absl::InfinitePast();
       current_job_ = a.job_id();
       current_generation_ = a.generation();
       next_generation_.reset();

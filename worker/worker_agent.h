@@ -1,7 +1,9 @@
 // The worker process's control loop: registers with the coordinator,
 // heartbeats (carrying the latest progress) from its own thread, waits for a
 // job assignment, trains it with a Trainer, and reports the outcome. Then it
-// is idle again and can be assigned the next job.
+// is idle again and can be assigned the next job. Offered a place in a
+// running job, it first loads the job's data and says so; the job then
+// takes it in at its next generation.
 #ifndef FULCRUM_WORKER_WORKER_AGENT_H_
 #define FULCRUM_WORKER_WORKER_AGENT_H_
 
@@ -70,6 +72,12 @@ class WorkerAgent : public ProgressSink {
   bool poke_ ABSL_GUARDED_BY(mu_) = false;  // heartbeat now
   int64_t interval_ms_ ABSL_GUARDED_BY(mu_) = 1000;
   std::optional<v1::WorkerAssignment> assignment_ ABSL_GUARDED_BY(mu_);
+  // A running job's offer: load its data, then report prepared_job_ (or
+  // prepare_error_), asking often until the generation with us comes.
+  std::optional<v1::WorkerAssignment> prepare_ ABSL_GUARDED_BY(mu_);
+  std::string prepared_job_ ABSL_GUARDED_BY(mu_);
+  std::string prepare_error_ ABSL_GUARDED_BY(mu_);
+  absl::Time fast_poll_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string current_job_ ABSL_GUARDED_BY(mu_);   // job being trained
   std::string finished_job_ ABSL_GUARDED_BY(mu_);  // last job trained
   bool job_cancelled_ ABSL_GUARDED_BY(mu_) = false;

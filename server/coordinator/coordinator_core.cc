@@ -69,7 +69,7 @@ void Coordinator::Tick() {
     const absl::Time now = options_.now();
     ExpireLeases(now, &lost);
     Schedule(now, &launches);
-    Grow();
+    Grow(now);
     PlanRounds(now, &rounds);
   }
   if (options_.on_member_lost) {
@@ -202,15 +202,35 @@ std::vector<std::string> Coordinator::IdleWorkers() const {
   return idle;
 }
 
-void Coordinator::Grow() {
+void Coordinator::Grow(absl::Time now) {
+  // Offers that lapsed: the worker is idle again (and may be offered again).
+  std::map<std::string, int> preparing;  // by job
+  for (auto& [id, w] : workers_) {
+    if (!w.preparing) continue;
+    auto job = jobs_.find(w.job_id);
+    if (now > w.prepare_until || job == jobs_.end() ||
+        job->second.status.state() != v1::RUNNING || job->second.finishing) {
+      w.preparing = false;
+      w.job_id.clear();
+    } else {
+      ++preparing[w.job_id];
+    }
+  }
+  // A running job with room offers idle workers a place; they join its
+  // next generation once they have loaded its data (WorkerHeartbeat).
   for (const std::string& job_id : job_order_) {
     Job& job = jobs_[job_id];
     if (job.status.state() != v1::RUNNING || job.finishing) continue;
     const int max = job.status.spec().workers().max();
-    for (const std::string& w : IdleWorkers()) {
-      if (static_cast<int>(job.members.size()) >= max) break;
-      workers_[w].job_id = job_id;
-      job.members.push_back(w);
+    for (const std::string& id : IdleWorkers()) {
+      if (static_cast<int>(job.members.size()) + preparing[job_id] >= max)
+        break;
+      Worker& w = workers_[id];
+      if (w.declined.count(job_id)) continue;
+      w.job_id = job_id;
+      w.preparing = true;
+      w.prepare_until = now + options_.prepare_timeout;
+      ++preparing[job_id];
     }
   }
 }
@@ -831,6 +851,26 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
   Worker& w = it->second;
   w.last_heartbeat = options_.now();
   w.generation = request.generation();
+  if (w.preparing && !request.prepared_job().empty() &&
+      request.prepared_job() == w.job_id) {
+    Job& job = jobs_.at(w.job_id);
+    w.preparing = false;
+    if (!request.prepare_error().empty()) {
+      // It cannot load this job's data: not offered this job again.
+      std::cerr << "fulcrum-coordinator: worker " << w.id
+                << " cannot prepare " << w.job_id << ": "
+                << request.prepare_error() << "\n";
+      AddEvent(job, "failed", w.id);
+      w.declined.insert(w.job_id);
+      w.job_id.clear();
+    } else if (job.status.state() == v1::RUNNING && !job.finishing &&
+               static_cast<int>(job.members.size()) <
+                   job.status.spec().workers().max()) {
+      job.members.push_back(w.id);  // the next round takes it in
+    } else {
+      w.job_id.clear();  // the job ended or filled up meanwhile
+    }
+  }
   if (!request.job_id().empty() && request.job_id() == w.job_id) {
     w.progress = request.progress();
     jobs_.at(w.job_id).samples[w.id] = request.progress().samples_total();
@@ -843,9 +883,19 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
     return response;
   }
   if (job.status.state() == v1::PENDING) return response;  // still starting
-  // Joining: not in the generation the shards serve yet.
-  if (!Contains(ToVector(job.status.workers()), w.id)) return response;
   v1::WorkerAssignment* a = response.mutable_assignment();
+  if (w.preparing) {
+    a->set_job_id(w.job_id);
+    *a->mutable_spec() = job.status.spec();
+    a->set_job_state(job.status.state());
+    a->set_prepare(true);
+    return response;
+  }
+  // Joining: not in the generation the shards serve yet.
+  if (!Contains(ToVector(job.status.workers()), w.id)) {
+    response.clear_assignment();
+    return response;
+  }
   a->set_job_id(w.job_id);
   *a->mutable_spec() = job.status.spec();
   const auto& members = job.status.workers();

@@ -62,6 +62,9 @@ class Coordinator {
     // Once workers.min workers are idle, wait this long for up to
     // workers.max before starting a job.
     absl::Duration start_grace = absl::Seconds(1);
+    // How long a worker offered a place in a running job may take to load
+    // the job's data before the offer lapses (it is idle again).
+    absl::Duration prepare_timeout = absl::Seconds(60);
     absl::Duration tick = absl::Milliseconds(100);
     std::function<absl::Time()> now = [] { return absl::Now(); };
     // Called (outside any lock the caller could hold) when a lease expires;
@@ -111,6 +114,11 @@ class Coordinator {
     int64_t generation = 0;  // of job_id, as last reported
     absl::Time last_heartbeat;
     v1::Progress progress;
+    // Offered a place in running job job_id, loading its data (not a
+    // member yet) until this time.
+    bool preparing = false;
+    absl::Time prepare_until;
+    std::set<std::string> declined;  // jobs whose data it could not load
   };
   struct Shard {
     std::string id, address;
@@ -177,7 +185,7 @@ class Coordinator {
   void RunEnds(const std::vector<EndCall>& ends);
   void PlanRounds(absl::Time now, std::vector<Round>* rounds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Grow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Grow(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunRound(const Round& round);
   // The worker left the job (left, lost or failed): out of the wanted
   // membership, its chunk lease returns to the queue.

@@ -94,6 +94,16 @@ class CoordinatorTest : public ::testing::Test {
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp.ok() ? resp->assignment() : v1::WorkerAssignment();
   }
+  // A worker offered a place in running job `job` loads its data and says
+  // so (or that it could not).
+  void Prepared(const std::string& worker, const std::string& job,
+                const std::string& error = "") {
+    v1::WorkerHeartbeatRequest r;
+    r.set_worker_id(worker);
+    r.set_prepared_job(job);
+    r.set_prepare_error(error);
+    ASSERT_TRUE(coordinator_.WorkerHeartbeat(r).ok());
+  }
 
   absl::Time now_ = absl::FromUnixSeconds(1000);
   FakeShards shards_;
@@ -215,9 +225,16 @@ TEST_F(CoordinatorTest, LostWorkersLeaveTheJobWhichContinuesAndRegrows) {
   status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.state(), v1::RUNNING);
   EXPECT_NE(status.message().find("waiting for workers"), std::string::npos);
-  // A new worker joins at the next generation; it gets its assignment only
-  // once the shards serve that generation.
+  // A new worker is offered a place, loads the data, and joins at the next
+  // generation; it gets its assignment only once the shards serve that
+  // generation.
   const std::string w3 = AddWorker();
+  coordinator_.Tick();
+  a = Beat(w3);
+  EXPECT_TRUE(a.prepare());
+  EXPECT_EQ(a.job_id(), *id);
+  EXPECT_EQ(coordinator_.GetJob(*id)->generation(), 2) << "not before";
+  Prepared(w3, *id);
   coordinator_.Tick();
   status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.generation(), 3);
@@ -225,6 +242,7 @@ TEST_F(CoordinatorTest, LostWorkersLeaveTheJobWhichContinuesAndRegrows) {
   EXPECT_EQ(status.events(status.events_size() - 1).kind(), "joined");
   a = Beat(w3);
   EXPECT_EQ(a.job_id(), *id);
+  EXPECT_FALSE(a.prepare());
   EXPECT_EQ(a.rank(), 0);
   EXPECT_EQ(a.generation(), 3);
 }
@@ -239,6 +257,14 @@ TEST_F(CoordinatorTest, WorkersJoinARunningJobUpToMax) {
   coordinator_.Tick();
   ASSERT_EQ(coordinator_.GetJob(*id)->workers_size(), 1);
   const std::string w2 = AddWorker(), w3 = AddWorker(), w4 = AddWorker();
+  coordinator_.Tick();  // w2 and w3 are offered a place (max 3), not w4
+  EXPECT_TRUE(Beat(w2).prepare());
+  EXPECT_TRUE(Beat(w3).prepare());
+  EXPECT_TRUE(Beat(w4).job_id().empty());
+  EXPECT_EQ(coordinator_.GetJob(*id)->generation(), 1);
+  EXPECT_TRUE(shards_.reconfigures.empty()) << "nobody waits for the loading";
+  Prepared(w2, *id);
+  Prepared(w3, *id);
   coordinator_.Tick();
   v1::JobStatus status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.generation(), 2);
@@ -246,6 +272,43 @@ TEST_F(CoordinatorTest, WorkersJoinARunningJobUpToMax) {
   EXPECT_EQ(shards_.reconfigures.size(), 4u);  // 2 shards x 2 phases
   EXPECT_TRUE(Beat(w4).job_id().empty());
   EXPECT_EQ(Beat(w3).world_size(), 3);
+}
+
+TEST_F(CoordinatorTest, WorkersThatCannotLoadAreNotAskedAgainSlowOnesJoin) {
+  auto id = coordinator_.SubmitJob(Spec(1, 3, 1));
+  const std::string w1 = AddWorker();
+  const std::string s1 = AddShard("127.0.0.1:1");
+  coordinator_.Tick();
+  now_ += absl::Seconds(2);
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->workers_size(), 1);
+  const std::string w2 = AddWorker(), w3 = AddWorker();
+  coordinator_.Tick();
+  ASSERT_TRUE(Beat(w2).prepare());
+  ASSERT_TRUE(Beat(w3).prepare());
+  // w2 cannot read the data: a "failed" event, and no second offer.
+  Prepared(w2, *id, "dataset.dir /d: no such directory");
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.events(status.events_size() - 1).kind(), "failed");
+  EXPECT_EQ(status.events(status.events_size() - 1).member_id(), w2);
+  // w3 takes longer than the prepare timeout (60 s): the offer lapses and,
+  // the place still free, is made again; the job does not wait meanwhile.
+  for (int i = 0; i < 13; ++i) {
+    now_ += absl::Seconds(5);
+    Beat(w1, *id);
+    v1::ShardHeartbeatRequest sb;
+    sb.set_shard_id(s1);
+    ASSERT_TRUE(coordinator_.ShardHeartbeat(sb).ok());
+    coordinator_.Tick();
+    EXPECT_TRUE(Beat(w2).job_id().empty()) << "declined jobs are not offered";
+    EXPECT_TRUE(Beat(w3).prepare()) << i;
+  }
+  EXPECT_EQ(coordinator_.GetJob(*id)->generation(), 1) << "nobody joined";
+  Prepared(w3, *id);  // finally loaded (and offered again meanwhile)
+  coordinator_.Tick();
+  status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(status.workers_size(), 2);
 }
 
 TEST_F(CoordinatorTest, LostShardIsReplacedFromTheNewestGoodCheckpoint) {
