@@ -292,6 +292,61 @@ TEST(DeployManifestsTest, EveryProcessSpeaksMutualTlsFromASecret) {
   }
 }
 
+// Whether `selector` (matchLabels) picks a pod with `labels`.
+bool Selects(const YAML::Node& selector, const YAML::Node& labels) {
+  for (const auto& kv : selector["matchLabels"]) {
+    if (labels[kv.first.Scalar()].Scalar() != kv.second.Scalar()) return false;
+  }
+  return true;
+}
+
+TEST(DeployManifestsTest, OnlyFulcrumPodsReachGrpcAndAnyoneTheMetrics) {
+  const std::vector<YAML::Node> objects = BaseObjects();
+  const std::vector<YAML::Node> policies = OfKind(objects, "NetworkPolicy");
+  ASSERT_EQ(policies.size(), 1u);
+  const YAML::Node policy = policies[0]["spec"];
+  EXPECT_EQ(policy["policyTypes"][0].as<std::string>(), "Ingress");
+  for (const Workload& w : Workloads(objects)) {
+    SCOPED_TRACE(w.name);
+    const YAML::Node labels = w.pod["metadata"]["labels"];
+    ASSERT_TRUE(Selects(policy["podSelector"], labels)) << "not covered";
+    // Every port the container serves is allowed: gRPC from Fulcrum's own
+    // pods (each of which the rule's selector picks), metrics from anyone.
+    for (const YAML::Node& p : w.container["ports"]) {
+      const int port = p["containerPort"].as<int>();
+      const bool metrics = p["name"].as<std::string>() == "metrics";
+      bool allowed = false;
+      for (const YAML::Node& rule : policy["ingress"]) {
+        bool has_port = false;
+        for (const YAML::Node& rp : rule["ports"])
+          has_port = has_port || rp["port"].as<int>() == port;
+        if (!has_port) continue;
+        if (!rule["from"]) {
+          allowed = true;  // anyone
+          EXPECT_TRUE(metrics) << "gRPC port " << port << " open to anyone";
+          continue;
+        }
+        for (const YAML::Node& from : rule["from"]) {
+          bool all = true;
+          for (const Workload& peer : Workloads(objects))
+            all = all && Selects(from["podSelector"], peer.pod["metadata"]["labels"]);
+          allowed = allowed || all;
+        }
+      }
+      EXPECT_TRUE(allowed) << "port " << port << " is not reachable";
+    }
+  }
+  const std::vector<YAML::Node> budgets = OfKind(objects, "PodDisruptionBudget");
+  ASSERT_EQ(budgets.size(), 1u);
+  EXPECT_EQ(budgets[0]["spec"]["maxUnavailable"].as<int>(), 1);
+  std::map<std::string, Workload> by_name;
+  for (const Workload& w : Workloads(objects)) by_name[w.name] = w;
+  EXPECT_TRUE(Selects(budgets[0]["spec"]["selector"],
+                      by_name["fulcrum-server"].pod["metadata"]["labels"]));
+  EXPECT_FALSE(Selects(budgets[0]["spec"]["selector"],
+                       by_name["fulcrum-worker"].pod["metadata"]["labels"]));
+}
+
 TEST(DeployManifestsTest, TheJobConfigMapIsAValidJobForThisDeployment) {
   const std::vector<YAML::Node> objects = BaseObjects();
   const std::vector<YAML::Node> maps = OfKind(objects, "ConfigMap");
