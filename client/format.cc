@@ -53,6 +53,8 @@ std::string ProgressLine(const v1::JobStatus& s) {
   absl::StrAppendFormat(&line, " %.0f samples/s workers %d/%d",
                         p.samples_per_sec(), s.live_workers(),
                         s.workers_size());
+  if (s.preparing_size() > 0)
+    absl::StrAppendFormat(&line, " (+%d preparing)", s.preparing_size());
   return line;
 }
 

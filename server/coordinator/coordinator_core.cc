@@ -687,6 +687,11 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
 }
 
 void Coordinator::RefreshProgress(Job& job) const {
+  job.status.clear_preparing();
+  for (const auto& [id, w] : workers_) {
+    if (w.preparing && w.job_id == job.status.job_id())
+      job.status.add_preparing(id);
+  }
   int live = 0;
   double rate = 0;
   const bool running = job.status.state() == v1::RUNNING;

@@ -262,6 +262,7 @@ TEST_F(CoordinatorTest, WorkersJoinARunningJobUpToMax) {
   EXPECT_TRUE(Beat(w3).prepare());
   EXPECT_TRUE(Beat(w4).job_id().empty());
   EXPECT_EQ(coordinator_.GetJob(*id)->generation(), 1);
+  EXPECT_EQ(coordinator_.GetJob(*id)->preparing_size(), 2);
   EXPECT_TRUE(shards_.reconfigures.empty()) << "nobody waits for the loading";
   Prepared(w2, *id);
   Prepared(w3, *id);
@@ -269,6 +270,7 @@ TEST_F(CoordinatorTest, WorkersJoinARunningJobUpToMax) {
   v1::JobStatus status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.generation(), 2);
   EXPECT_EQ(status.workers_size(), 3);  // max 3: w4 stays idle
+  EXPECT_EQ(status.preparing_size(), 0);
   EXPECT_EQ(shards_.reconfigures.size(), 4u);  // 2 shards x 2 phases
   EXPECT_TRUE(Beat(w4).job_id().empty());
   EXPECT_EQ(Beat(w3).world_size(), 3);
