@@ -90,17 +90,10 @@ checkpoint: {every_steps: 100, dir: )" + testing::TestTempDir() +
   EXPECT_LE(steps, 282 + 3 * 16) << json.out;
   EXPECT_GE(JsonNumber(json.out, "test_accuracy"), 0.75) << json.out;
   EXPECT_EQ(JsonNumber(json.out, "evaluated_step"), steps) << json.out;
-  // Every sample trained exactly once per epoch, by the shards' ledger (it
-  // reaches the coordinator with a shard heartbeat: wait up to 10 s).
-  absl::StatusOr<v1::JobStatus> status;
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(10);;) {
-    status = cluster.Status(job_id);
-    ASSERT_TRUE(status.ok()) << status.status();
-    int64_t trained = 0;
-    for (const v1::EpochSamples& e : status->epochs()) trained += e.trained();
-    if (trained >= 3 * 6000 || absl::Now() > deadline) break;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  // Every sample trained exactly once per epoch, by the shards' ledger.
+  absl::StatusOr<v1::JobStatus> status =
+      cluster.StatusWithLedger(job_id, 3 * 6000);
+  ASSERT_TRUE(status.ok()) << status.status();
   ASSERT_EQ(status->epochs_size(), 3) << json.out;
   for (const v1::EpochSamples& e : status->epochs()) {
     EXPECT_EQ(e.total(), 6000);

@@ -95,6 +95,19 @@ absl::StatusOr<v1::JobStatus> ProcessCluster::Status(const std::string& job_id) 
   return status;
 }
 
+absl::StatusOr<v1::JobStatus> ProcessCluster::StatusWithLedger(
+    const std::string& job_id, int64_t samples, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    absl::StatusOr<v1::JobStatus> status = Status(job_id);
+    if (!status.ok()) return status;
+    int64_t trained = 0;
+    for (const v1::EpochSamples& e : status->epochs()) trained += e.trained();
+    if (trained >= samples || absl::Now() > deadline) return status;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
 void ProcessCluster::Add(const std::string& process,
                          std::vector<std::string> argv) {
   argv.push_back("--metrics_port_file=" + dir_ + "/" + process +

@@ -60,6 +60,12 @@ class ProcessCluster {
   void Restart(const std::string& process);
   // `fulcrumctl status JOB --json`, parsed.
   absl::StatusOr<v1::JobStatus> Status(const std::string& job_id);
+  // The same once the epochs' ledger counts at least `samples` trained in
+  // all (it reaches the coordinator with a shard heartbeat, so it can trail
+  // the job's end), or the last status after `timeout`.
+  absl::StatusOr<v1::JobStatus> StatusWithLedger(
+      const std::string& job_id, int64_t samples,
+      absl::Duration timeout = absl::Seconds(10));
 
  private:
   void Add(const std::string& process, std::vector<std::string> argv);

@@ -204,7 +204,8 @@ eval_every_steps: 50
   testing::RunResult watch =
       cluster.Ctl({"status", job_id, "--watch"}, absl::Minutes(3));
   EXPECT_EQ(watch.exit_code, 0) << watch.out << cluster.Logs();
-  absl::StatusOr<v1::JobStatus> status = cluster.Status(job_id);
+  absl::StatusOr<v1::JobStatus> status =
+      cluster.StatusWithLedger(job_id, 2 * 2000);
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->state(), v1::SUCCEEDED) << cluster.Logs();
   // Both epochs trained, every sample once (2000 samples, 64 a step).
