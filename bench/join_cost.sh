@@ -15,19 +15,7 @@ cluster_start "$run" 2 >/dev/null
 cluster_add_worker "$run" worker-1
 cluster_add_worker "$run" worker-2
 cluster_wait_members 4
-cat > "$run/job.yaml" <<YAML
-name: join
-model: {type: mlp, layers: [784, 256, 128, 10]}
-dataset: {format: idx, dir: /usr/share/datasets/fashion-mnist}
-optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
-batch_size: 64
-epochs: 100
-workers: {min: 2, max: 3}
-shards: 2
-seed: 1
-eval_every_steps: 1000000
-max_steps: 2500
-YAML
+cluster_job_yaml "$run/job.yaml" 2500 2 2 3
 id=$(ctl submit "$run/job.yaml")
 for _ in $(seq 300); do
   s=$(ctl status "$id" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["progress"].get("step",0))')

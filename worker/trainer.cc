@@ -78,6 +78,11 @@ absl::StatusOr<const LabeledImages*> Trainer::Load(const v1::DatasetSpec& d,
 }
 
 absl::Status Trainer::Prepare(const v1::JobSpec& spec) {
+  return LoadTrain(spec).status();
+}
+
+absl::StatusOr<const LabeledImages*> Trainer::LoadTrain(
+    const v1::JobSpec& spec) {
   if (spec.model().layers_size() < 2) {
     return absl::InvalidArgumentError("model.layers needs at least 2 sizes");
   }
@@ -90,7 +95,7 @@ absl::Status Trainer::Prepare(const v1::JobSpec& spec) {
         "model.layers[0] is ", inputs, " but the images have ",
         train->images.rows * train->images.cols, " pixels"));
   }
-  return absl::OkStatus();
+  return train;
 }
 
 absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
@@ -101,9 +106,8 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& first,
   ASSIGN_OR_RETURN(
       ParameterLayout layout,
       ParameterLayout::ForMlp(sizes, spec.shards(), spec.partition_bytes()));
-  RETURN_IF_ERROR(Prepare(spec));  // loaded already after a prepare
-  ASSIGN_OR_RETURN(const LabeledImages* train,
-                   Load(spec.dataset(), true, sizes.back()));
+  // Loaded already when this worker prepared to join.
+  ASSIGN_OR_RETURN(const LabeledImages* train, LoadTrain(spec));
   const bool chunked = spec.dataset().sharding() == "chunks";
   if (chunked && sink == nullptr) {
     return absl::FailedPreconditionError(

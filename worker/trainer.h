@@ -100,6 +100,8 @@ class Trainer {
  private:
   absl::StatusOr<const LabeledImages*> Load(const v1::DatasetSpec& d,
                                             bool train, int classes);
+  // The job's training split, checked against the model's input size.
+  absl::StatusOr<const LabeledImages*> LoadTrain(const v1::JobSpec& spec);
 
   Backend* const backend_;  // Not owned.
   const Options options_;

@@ -78,8 +78,6 @@ void SetProcessTransport(Transport transport) {
   Current() = std::move(transport);
 }
 
-const Transport& ProcessTransport() { return Current(); }
-
 absl::Status UseTransport(const TlsFiles& files) {
   absl::StatusOr<Transport> t = LoadTransport(files);
   if (!t.ok()) return t.status();

@@ -52,7 +52,6 @@ absl::StatusOr<Transport> LoadTransport(const TlsFiles& files);
 void SetProcessTransport(Transport transport);
 // LoadTransport + SetProcessTransport, for main.
 absl::Status UseTransport(const TlsFiles& files);
-const Transport& ProcessTransport();
 
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials();
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials();

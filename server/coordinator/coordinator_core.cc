@@ -1138,9 +1138,7 @@ absl::Status Coordinator::Persist(const Job& job) {
   if (store_->records_since_snapshot() > 1000) {
     v1::CoordinatorState state;
     for (const auto& [id, j] : jobs_) *state.add_jobs() = ToPersisted(j);
-    state.mutable_counters()->set_next_job(next_job_);
-    state.mutable_counters()->set_next_member(
-        std::max(next_member_, reserved_member_));
+    FillCounters(state.mutable_counters());
     absl::Status snap = store_->Snapshot(state);
     if (!snap.ok())
       std::cerr << "fulcrum-coordinator: snapshot failed: " << snap << "\n";
@@ -1148,12 +1146,15 @@ absl::Status Coordinator::Persist(const Job& job) {
   return absl::OkStatus();
 }
 
+void Coordinator::FillCounters(v1::IdCounters* out) const {
+  out->set_next_job(next_job_);
+  out->set_next_member(std::max(next_member_, reserved_member_));
+}
+
 void Coordinator::PersistCounters() {
   if (store_ == nullptr) return;
   v1::StateRecord record;
-  record.mutable_counters()->set_next_job(next_job_);
-  record.mutable_counters()->set_next_member(
-      std::max(next_member_, reserved_member_));
+  FillCounters(record.mutable_counters());
   absl::Status s = store_->Append(record);
   if (!s.ok())
     std::cerr << "fulcrum-coordinator: cannot persist ids: " << s << "\n";

@@ -200,6 +200,9 @@ class Coordinator {
   absl::Status Persist(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static v1::PersistedJob ToPersisted(const Job& job);
   void PersistCounters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The id counters as persisted (members: past every id reserved).
+  void FillCounters(v1::IdCounters* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewMemberId(const std::string& prefix)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A member this coordinator issued before a restart, heard from again.

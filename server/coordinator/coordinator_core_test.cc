@@ -53,6 +53,21 @@ v1::LedgerEntry Entry(int64_t chunk, int64_t end, int64_t samples) {
   return e;
 }
 
+// A 4 -> 2 MLP job for min..max workers on `shards` shards.
+v1::JobSpec TinySpec(int min, int max, int shards) {
+  v1::JobSpec spec;
+  spec.set_name("j");
+  spec.mutable_model()->set_type("mlp");
+  spec.mutable_model()->add_layers(4);
+  spec.mutable_model()->add_layers(2);
+  spec.mutable_dataset()->set_dir("/d");
+  spec.mutable_optimizer()->set_lr(0.1);
+  spec.mutable_workers()->set_min(min);
+  spec.mutable_workers()->set_max(max);
+  spec.set_shards(shards);
+  return spec;
+}
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   CoordinatorTest() : coordinator_(MakeOptions(), &shards_) {}
@@ -64,17 +79,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   static v1::JobSpec Spec(int min, int max, int shards) {
-    v1::JobSpec spec;
-    spec.set_name("j");
-    spec.mutable_model()->set_type("mlp");
-    spec.mutable_model()->add_layers(4);
-    spec.mutable_model()->add_layers(2);
-    spec.mutable_dataset()->set_dir("/d");
-    spec.mutable_optimizer()->set_lr(0.1);
-    spec.mutable_workers()->set_min(min);
-    spec.mutable_workers()->set_max(max);
-    spec.set_shards(shards);
-    return spec;
+    return TinySpec(min, max, shards);
   }
 
   std::string AddWorker() {
@@ -468,16 +473,8 @@ TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
   {
     Coordinator first(options, &shards);
     ASSERT_TRUE(first.Recover().ok());
-    v1::JobSpec spec;
-    spec.set_name("j");
-    spec.mutable_model()->set_type("mlp");
-    spec.mutable_model()->add_layers(4);
-    spec.mutable_model()->add_layers(2);
-    spec.mutable_dataset()->set_dir("/d");
-    spec.mutable_optimizer()->set_lr(0.1);
-    spec.mutable_workers()->set_min(2);
-    spec.mutable_workers()->set_max(2);
-    job = *first.SubmitJob(spec);
+    const v1::JobSpec spec = TinySpec(2, 2, 1);
+job = *first.SubmitJob(spec);
     w1 = first.RegisterWorker({}).worker_id();
     w2 = first.RegisterWorker({}).worker_id();
     v1::RegisterShardRequest r;

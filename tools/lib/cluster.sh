@@ -5,8 +5,8 @@
 #   cluster_add_worker DIR NAME [FLAG...]
 #   cluster_wait_members N              # until N workers+shards registered
 #   ctl ARGS...                         # fulcrumctl against the cluster
-#   cluster_timed_job DIR STEPS W S     # the benchmarks' reference job:
-#                                       # prints "seconds test_accuracy"
+#   cluster_job_yaml FILE STEPS W S [MAX] # the benchmarks' reference job
+#   cluster_timed_job DIR STEPS W S     # runs it; prints "seconds test_accuracy"
 #   cluster_stop                        # also installed as the EXIT trap
 #   cluster_targets FILE                # Prometheus file_sd JSON of every
 #                                       # process's /metrics endpoint
@@ -76,24 +76,30 @@ ctl() {
     "${cluster_ctl_flags[@]}" "$@"
 }
 
-# MLP 784-256-128-10 on Fashion-MNIST, batch 64 per worker, momentum SGD,
-# W workers and S shards, STEPS steps, evaluated at the end only. Prints its
-# training seconds (coordinator clock) and test accuracy.
-cluster_timed_job() {
-  local dir=$1 steps=$2 workers=$3 shards=$4 id
-  cat > "$dir/job.yaml" <<YAML
+# The benchmarks' reference job, written to FILE: MLP 784-256-128-10 on
+# Fashion-MNIST, batch 64 per worker, momentum SGD, W workers (up to MAX,
+# default W) and S shards, STEPS steps, evaluated at the end only.
+cluster_job_yaml() {
+  cat > "$1" <<YAML
 name: bench
 model: {type: mlp, layers: [784, 256, 128, 10]}
 dataset: {format: idx, dir: /usr/share/datasets/fashion-mnist}
 optimizer: {type: momentum, lr: 0.05, momentum: 0.9}
 batch_size: 64
 epochs: 100
-workers: {min: $workers, max: $workers}
-shards: $shards
+workers: {min: $3, max: ${5:-$3}}
+shards: $4
 seed: 1
 eval_every_steps: 1000000
-max_steps: $steps
+max_steps: $2
 YAML
+}
+
+# Runs the reference job (cluster_job_yaml) for STEPS steps; prints its
+# training seconds (coordinator clock) and test accuracy.
+cluster_timed_job() {
+  local dir=$1 steps=$2 workers=$3 shards=$4 id
+  cluster_job_yaml "$dir/job.yaml" "$steps" "$workers" "$shards"
   id=$(ctl submit "$dir/job.yaml")
   ctl status "$id" --watch >/dev/null
   ctl status "$id" --json | /usr/bin/python3 -c \
