@@ -65,26 +65,29 @@ int OptimizerConfig::StateSlots() const {
 }
 
 void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
-                 const float* grad, float* w, float* state, int64_t n) {
-  ApplyUpdate(c, step, updates, grad, w, state, w, state, n);
+                 const float* grad, float* w, float* state, int64_t n,
+                 float grad_scale) {
+  ApplyUpdate(c, step, updates, grad, w, state, w, state, n, grad_scale);
 }
 
 void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
                  const float* grad, const float* w_in, const float* state_in,
-                 float* w_out, float* state_out, int64_t n) {
+                 float* w_out, float* state_out, int64_t n,
+                 float grad_scale) {
+  const float s = grad_scale;
   const float lr = static_cast<float>(c.schedule.At(c.lr, step));
   const float wd = c.weight_decay, mu = c.momentum;
   switch (c.type) {
     case OptimizerConfig::Type::kSgd:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];
-        w_out[i] = w - lr * (grad[i] + wd * w);
+        w_out[i] = w - lr * (grad[i] * s + wd * w);
       }
       return;
     case OptimizerConfig::Type::kMomentum:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];
-        const float v = mu * state_in[i] + (grad[i] + wd * w);
+        const float v = mu * state_in[i] + (grad[i] * s + wd * w);
         state_out[i] = v;
         w_out[i] = w - lr * v;
       }
@@ -92,7 +95,7 @@ void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
     case OptimizerConfig::Type::kNesterov:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];
-        const float g = grad[i] + wd * w;
+        const float g = grad[i] * s + wd * w;
         const float v = mu * state_in[i] + g;
         state_out[i] = v;
         w_out[i] = w - lr * (g + mu * v);
@@ -111,7 +114,7 @@ void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
       float* m_out = state_out;
       float* v_out = state_out + n;
       for (int64_t i = 0; i < n; ++i) {
-        float g = grad[i];
+        float g = grad[i] * s;
         float w = w_in[i];
         if (decoupled) {
           w *= 1.0f - lr * wd;

@@ -48,15 +48,18 @@ struct OptimizerConfig {
 //   adam      g += wd w; m = b1 m + (1-b1) g; s = b2 s + (1-b2) g^2;
 //             w -= lr m^ / (sqrt(s^) + eps), m^ = m/(1-b1^k), s^ = s/(1-b2^k)
 //   adamw     w *= 1 - lr wd; then adam without the L2 term
-// `state` holds StateSlots() * n floats, slot-major.
+// `state` holds StateSlots() * n floats, slot-major. The gradient is
+// grad[i] * grad_scale (the shard's averaging, folded into this one pass).
 void ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
-                 const float* grad, float* w, float* state, int64_t n);
+                 const float* grad, float* w, float* state, int64_t n,
+                 float grad_scale = 1.0f);
 // Out of place: reads w_in/state_in, writes w_out/state_out (which may be
 // the same buffers). The shard keeps the previous version this way, at no
 // extra memory traffic, so that one sync step can be undone.
 void ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
                  const float* grad, const float* w_in, const float* state_in,
-                 float* w_out, float* state_out, int64_t n);
+                 float* w_out, float* state_out, int64_t n,
+                 float grad_scale = 1.0f);
 
 }  // namespace fulcrum
 

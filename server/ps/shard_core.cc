@@ -371,10 +371,9 @@ absl::StatusOr<PushOutcome> JobShard::PushSync(PartitionState& p, int member,
   p.undo_swaps = apply;
   if (apply) {
     const float inv = 1.0f / static_cast<float>(p.total_samples);
-    for (float& a : p.accum) a *= inv;
     ApplyUpdate(optimizer_, p.version, p.updates++, p.accum.data(),
                 p.params.data(), p.state.data(), p.prev_params.data(),
-                p.prev_state.data(), p.meta.size);
+                p.prev_state.data(), p.meta.size, inv);
     p.params.swap(p.prev_params);
     p.state.swap(p.prev_state);
   }
@@ -446,13 +445,12 @@ absl::StatusOr<PushOutcome> JobShard::PushOnArrival(PartitionState& p,
     if (++p.got_count[member] < p.num_chunks) return PushOutcome::kPartial;
     // The member's whole gradient is here: apply it now, weighted so that
     // one step of every member moves as far as one synchronous step.
-    float* g = p.staging.data() + member * p.meta.size;
+    const float* g = p.staging.data() + member * p.meta.size;
     const float scale = static_cast<float>(c.samples) /
                         static_cast<float>(int64_t{init_.spec.batch_size()} *
                                            clocks_.ActiveMembers());
-    for (int64_t i = 0; i < p.meta.size; ++i) g[i] *= scale;
     ApplyUpdate(optimizer_, c.step, p.updates++, g, p.params.data(),
-                p.state.data(), p.meta.size);
+                p.state.data(), p.meta.size, scale);
     ++p.version;
     if (p.tracks_ledger && c.range_chunk >= 0) {
       LedgerEntry& e = p.ledger[c.range_chunk];
