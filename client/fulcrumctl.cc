@@ -24,6 +24,7 @@
 #include "common/net/api_token.h"
 #include "common/net/grpc_options.h"
 #include "common/net/transport.h"
+#include "common/status/grpc_status.h"
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator host:port");
@@ -171,12 +172,7 @@ class Ctl {
       std::cerr << "fulcrumctl: export needs --out FILE\n";
       return 2;
     }
-    v1::GetJobRequest request;
-    request.set_job_id(job_id);
-    v1::JobStatus status;
-    if (!Call(&v1::Coordinator::Stub::GetJob, request, &status)) return 1;
-    absl::StatusOr<ModelFile> model = PullModel(
-        status, std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+    absl::StatusOr<ModelFile> model = PullModel(job_id);
     absl::Status written =
         model.ok() ? WriteModelFile(out, *model) : model.status();
     if (!written.ok()) {
@@ -187,6 +183,29 @@ class Ctl {
     std::cout << "wrote " << model->params.size() << " parameters (version "
               << model->version << ") to " << out << "\n";
     return 0;
+  }
+
+  // The job's parameters through the coordinator's ExportJob.
+  absl::StatusOr<ModelFile> PullModel(const std::string& job_id) {
+    grpc::ClientContext context;
+    SetTimeout(&context,
+               std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
+    AttachToken(&context, token_);
+    v1::ExportJobRequest request;
+    request.set_job_id(job_id);
+    auto reader = stub_->ExportJob(&context, request);
+    ModelAssembler model;
+    v1::ExportChunk chunk;
+    absl::Status added;
+    while (added.ok() && reader->Read(&chunk)) added = model.Add(chunk);
+    if (!added.ok()) {
+      context.TryCancel();
+      reader->Finish().IgnoreError();
+      return added;
+    }
+    absl::Status s = FromGrpcStatus(reader->Finish());
+    if (!s.ok()) return s;
+    return model.Finish();
   }
 
   int Members() {

@@ -11,12 +11,13 @@
 #include <limits>
 #include <memory>
 
+#include "common/concurrency/executor.h"
 #include "common/config/job_spec.h"
 #include "common/net/grpc_options.h"
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "tests/no_shards.h"
+#include "server/coordinator/testing/fake_shards.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/service.h"
 #include "server/ps/service.h"
@@ -284,8 +285,10 @@ TEST(CoordinatorBadInputTest, InvalidSpecOverGrpc) {
 
 TEST(CoordinatorBadInputTest, BadChunkLeasesAreRejectedAndChangeNothing) {
   NoShards shards;
+  InlineExecutor inline_executor;  // the tick's shard calls done when it returns
   Coordinator::Options options;
   options.start_grace = absl::ZeroDuration();
+  options.executor = &inline_executor;
   Coordinator core(options, &shards);
   CoordinatorService service(&core);
   int port = 0;
@@ -296,7 +299,7 @@ TEST(CoordinatorBadInputTest, BadChunkLeasesAreRejectedAndChangeNothing) {
   spec.mutable_workers()->set_min(1);
   spec.mutable_workers()->set_max(1);
   const std::string job = *core.SubmitJob(spec);
-  const std::string worker = core.RegisterWorker({}).worker_id();
+  const std::string worker = core.RegisterWorker({})->worker_id();
   v1::RegisterShardRequest shard;
   shard.set_address("127.0.0.1:1");
   ASSERT_TRUE(core.RegisterShard(shard).ok());

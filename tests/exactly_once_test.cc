@@ -3,6 +3,7 @@
 // random, so pushes and replies are lost mid-stream and streams re-open
 // and re-send. The final parameters must equal the exactly computed
 // expected value: every gradient applied once, none lost, none twice.
+#include <atomic>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -12,9 +13,9 @@
 #include "common/tensor/layout.h"
 #include "gtest/gtest.h"
 #include "server/ps/optimizer.h"
-#include "tests/fault_proxy.h"
+#include "common/testing/fault_proxy.h"
 #include "tests/in_process_cluster.h"
-#include "worker/ps_client.h"
+#include "worker/grpc_channel.h"
 
 namespace fulcrum {
 namespace {
@@ -68,19 +69,20 @@ TEST(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
   }
 
   std::vector<std::string> errors(kWorkers);
-  std::vector<int64_t> reconnects(kWorkers, 0);
+  std::vector<std::atomic<int64_t>> reconnects(kWorkers);
   std::vector<std::thread> threads;
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
       const int64_t total = layout->total_size();
       std::vector<float> params(total), grads(total);
-      PsClient::Options o;
+      ChannelOptions o;
       o.job_id = "job";
       o.worker_id = ids[w];
       o.shard_addresses = via_proxy;
       o.chunk_bytes = spec.chunk_bytes();
-      PsClient client(o, &*layout, params.data());
-      absl::StatusOr<int64_t> start = client.Connect();
+      o.on_reconnect = [&reconnects, w] { ++reconnects[w]; };
+      GrpcParameterChannel client(o, &*layout, params.data());
+      absl::StatusOr<int64_t> start = client.Open();
       if (!start.ok()) {
         errors[w] = start.status().ToString();
         return;
@@ -89,17 +91,16 @@ TEST(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
         std::fill(grads.begin(), grads.end(), Gradient(w, step));
         for (int id = static_cast<int>(layout->partitions().size()) - 1;
              id >= 0; --id) {
-          client.Push(id, step, 1, grads.data(), false);
+          client.Push(id, step, 1, grads.data(), false, {});
         }
         bool stop = false;
         absl::Status s = client.WaitForClock(
-            step + 1, absl::Now() + absl::Seconds(60), &stop);
+            step + 1, absl::Now() + absl::Seconds(60), &stop, [](int32_t) {});
         if (!s.ok()) {
           errors[w] = absl::StrCat("step ", step, ": ", s.ToString());
           return;
         }
       }
-      reconnects[w] = client.reconnects();
       for (auto& p : proxies) p->Calm();  // let the streams close cleanly
       absl::Status closed = client.Close();
       if (!closed.ok()) errors[w] = "close: " + closed.ToString();
@@ -111,7 +112,7 @@ TEST(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
   // The faults happened: connections were dropped and streams re-opened.
   int64_t drops = 0, total_reconnects = 0;
   for (auto& p : proxies) drops += p->drops();
-  for (int64_t r : reconnects) total_reconnects += r;
+  for (const auto& r : reconnects) total_reconnects += r.load();
   EXPECT_GE(drops, 5) << "the proxies dropped too little to test anything";
   EXPECT_GE(total_reconnects, 5);
 

@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/net/grpc_options.h"
+#include "server/ps/local_channel.h"
 #include "worker/backend/cpu_backend.h"
+#include "worker/grpc_channel.h"
 
 namespace fulcrum::testing {
 
@@ -25,15 +27,20 @@ std::unique_ptr<ShardServer> StartShard() {
   return s;
 }
 
+std::string TransportName(Transport t) {
+  return t == Transport::kGrpc ? "grpc" : "local";
+}
 
 TrainRun TrainInProcess(
     const v1::JobSpec& job_spec, int workers,
     const std::function<void(int, Trainer::Options*)>& tune,
-    const std::function<std::unique_ptr<Backend>()>& make_backend) {
+    const std::function<std::unique_ptr<Backend>()>& make_backend,
+    Transport transport) {
   // No coordinator in process: the deterministic static sharding.
   v1::JobSpec spec = job_spec;
   spec.mutable_dataset()->set_sharding("static");
   std::vector<std::unique_ptr<ShardServer>> servers;
+  std::vector<ParameterShard*> cores;
   std::vector<std::string> addresses, ids;
   for (int w = 0; w < workers; ++w) ids.push_back(absl::StrCat("w", w));
   TrainRun run;
@@ -46,6 +53,7 @@ TrainRun TrainInProcess(
   for (int s = 0; s < spec.shards(); ++s) {
     servers.push_back(StartShard());
     addresses.push_back(servers.back()->address);
+    cores.push_back(&servers.back()->core);
     JobInit init{"job", spec, s, spec.shards(), 1, ids};
     absl::StatusOr<std::shared_ptr<JobShard>> job =
         servers.back()->core.InitJob(init);
@@ -54,6 +62,11 @@ TrainRun TrainInProcess(
       return run;
     }
   }
+  GrpcChannelFactory grpc_channels;
+  LocalChannelFactory local_channels(cores);
+  ChannelFactory* channels = transport == Transport::kGrpc
+                                 ? static_cast<ChannelFactory*>(&grpc_channels)
+                                 : &local_channels;
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
@@ -62,7 +75,7 @@ TrainRun TrainInProcess(
       options.step_timeout = absl::Seconds(60);
       options.eval_batch = 100;
       if (tune) tune(w, &options);
-      Trainer trainer(run.backends[w].get(), options);
+      Trainer trainer(run.backends[w].get(), channels, options);
       Assignment a{"job", spec, w, workers, 1, addresses};
       absl::StatusOr<TrainResult> r = trainer.Run(a, nullptr);
       if (r.ok()) {

@@ -1,6 +1,8 @@
-// Real parameter shards (gRPC services on 127.0.0.1, kernel-picked ports)
-// and real trainers in one process, without a coordinator: the test plays
-// the coordinator's part (InitJob on each shard, assignments to workers).
+// Real parameter shards and real trainers in one process, without a
+// coordinator: the test plays the coordinator's part (InitJob on each
+// shard, assignments to workers). Over either transport of the data plane:
+// gRPC services on 127.0.0.1 (kernel-picked ports), or the in-process
+// channel that calls the shard cores directly.
 #ifndef FULCRUM_TESTS_IN_PROCESS_CLUSTER_H_
 #define FULCRUM_TESTS_IN_PROCESS_CLUSTER_H_
 
@@ -12,8 +14,8 @@
 #include <vector>
 
 #include "fulcrum/v1/job.pb.h"
+#include "server/ps/parameter_shard.h"
 #include "server/ps/service.h"
-#include "server/ps/shard_core.h"
 #include "worker/backend/backend.h"
 #include "worker/trainer.h"
 
@@ -28,6 +30,8 @@ struct ShardServer {
 // A parameter shard served over gRPC on 127.0.0.1 (a kernel-picked port).
 std::unique_ptr<ShardServer> StartShard();
 
+enum class Transport { kGrpc, kLocal };
+std::string TransportName(Transport t);
 
 struct TrainRun {
   std::vector<TrainResult> results;       // by rank
@@ -43,7 +47,8 @@ struct TrainRun {
 TrainRun TrainInProcess(
     const v1::JobSpec& spec, int workers,
     const std::function<void(int, Trainer::Options*)>& tune = nullptr,
-    const std::function<std::unique_ptr<Backend>()>& make_backend = nullptr);
+    const std::function<std::unique_ptr<Backend>()>& make_backend = nullptr,
+    Transport transport = Transport::kGrpc);
 
 }  // namespace fulcrum::testing
 

@@ -25,7 +25,7 @@
 #include "common/testing/process.h"
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "tests/no_shards.h"
+#include "server/coordinator/testing/fake_shards.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/service.h"
 #include "tests/process_cluster.h"

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/config/job_spec.h"
 #include "common/tensor/layout.h"
 #include "common/testing/synthetic_idx.h"
@@ -41,11 +42,15 @@ v1::JobSpec Spec(int batch, int shards) {
   return spec;
 }
 
+using testing::Transport;
+
 // Every worker's final parameters after 20 steps.
-std::vector<std::vector<float>> Train(int workers, int batch, int shards) {
+std::vector<std::vector<float>> Train(int workers, int batch, int shards,
+                                      Transport transport) {
   const v1::JobSpec spec = Spec(batch, shards);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
-  testing::TrainRun run = testing::TrainInProcess(spec, workers);
+  testing::TrainRun run =
+      testing::TrainInProcess(spec, workers, nullptr, nullptr, transport);
   std::vector<std::vector<float>> params;
   for (int w = 0; w < workers; ++w) {
     EXPECT_EQ(run.errors[w], "") << "worker " << w;
@@ -69,14 +74,18 @@ double MaxRelativeDifference(const std::vector<float>& a,
   return worst;
 }
 
+// On both transports of the data plane: gRPC on loopback, and the
+// in-process channel into the shard cores.
 class SyncEquivalenceTest
-    : public ::testing::TestWithParam<std::tuple<int, int>> {};
+    : public ::testing::TestWithParam<std::tuple<int, int, Transport>> {};
 
 TEST_P(SyncEquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
-  const auto [workers, shards] = GetParam();
+  const auto [workers, shards, transport] = GetParam();
   const int b = 8;
-  const std::vector<std::vector<float>> one = Train(1, workers * b, shards);
-  const std::vector<std::vector<float>> many = Train(workers, b, shards);
+  const std::vector<std::vector<float>> one =
+      Train(1, workers * b, shards, transport);
+  const std::vector<std::vector<float>> many =
+      Train(workers, b, shards, transport);
   ASSERT_EQ(one.size(), 1u);
   ASSERT_FALSE(one[0].empty());
   // Training moved the parameters (so equality is not trivial) ...
@@ -94,9 +103,15 @@ TEST_P(SyncEquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(WorkersAndShards, SyncEquivalenceTest,
-                         ::testing::Combine(::testing::Values(1, 2, 4),
-                                            ::testing::Values(1, 2, 3)));
+INSTANTIATE_TEST_SUITE_P(
+    WorkersShardsTransports, SyncEquivalenceTest,
+    ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 2, 3),
+                       ::testing::Values(Transport::kGrpc, Transport::kLocal)),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param), "workers_",
+                          std::get<1>(info.param), "shards_",
+                          testing::TransportName(std::get<2>(info.param)));
+    });
 
 // The trainer's device path (staging copies; gradient buckets copied out
 // asynchronously while backward goes on; parameters copied in partition by
@@ -105,12 +120,14 @@ INSTANTIATE_TEST_SUITE_P(WorkersAndShards, SyncEquivalenceTest,
 // parameters as the host path, bit for bit (two workers: a two-term sum does
 // not depend on arrival order).
 TEST(DevicePathTest, ASimulatedGpuTrainsExactlyLikeTheHost) {
+  for (Transport transport : {Transport::kGrpc, Transport::kLocal})
   for (int shards : {1, 3}) {
     const v1::JobSpec spec = Spec(8, shards);
-    testing::TrainRun host = testing::TrainInProcess(spec, 2);
+    testing::TrainRun host =
+        testing::TrainInProcess(spec, 2, nullptr, nullptr, transport);
     testing::TrainRun device = testing::TrainInProcess(
         spec, 2, nullptr,
-        [] { return std::make_unique<SimulatedDeviceBackend>(); });
+        [] { return std::make_unique<SimulatedDeviceBackend>(); }, transport);
     auto layout = ParameterLayout::ForMlp({144, 32, 16, 4}, shards, 4096);
     ASSERT_TRUE(layout.ok());
     const int64_t parts = static_cast<int64_t>(layout->partitions().size());

@@ -1,6 +1,9 @@
-// One worker's training loop for one job assignment: loads (and caches) the
-// data, keeps a model replica, pushes gradients partition by partition as
-// backward produces them and trains on each new parameter version.
+// One worker's training of one job assignment with the built-in models:
+// loads (and caches) the data, keeps a model replica, and drives a
+// WorkerSession (membership, data plane) through the step loop of a
+// TrainingRun (training_run.h): data source, gradient pusher, step
+// statistics, evaluator. Holds no gRPC type: the transport is the
+// ChannelFactory's, the coordinator the JobLink's.
 //
 // Rank 0 also evaluates the test set every `eval_every_steps` steps; when
 // the job's target accuracy is reached (or the job is cancelled) its next
@@ -11,50 +14,20 @@
 
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/dataplane/parameter_channel.h"
 #include "fulcrum/v1/coordinator.pb.h"
 #include "fulcrum/v1/job.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/data/idx.h"
+#include "worker/job_link.h"
 #include "worker/worker_metrics.h"
 
 namespace fulcrum {
-
-struct Assignment {
-  std::string job_id;
-  v1::JobSpec spec;
-  int rank = 0;
-  int world_size = 1;
-  int64_t generation = 1;
-  std::vector<std::string> shard_addresses;
-};
-
-// Receives progress from the training thread; tells it to stop; and, for
-// elastic jobs, connects it to the coordinator.
-class ProgressSink {
- public:
-  virtual ~ProgressSink() = default;
-  virtual void Update(const v1::Progress& progress) = 0;
-  virtual bool Cancelled() = 0;
-  // The job's assignment at a generation after `generation` (the old one
-  // ended: membership changed or the job recovers from a lost shard), or
-  // nullopt when the worker no longer has the job or `deadline` passes.
-  virtual std::optional<Assignment> NextAssignment(const std::string& job_id,
-                                                   int64_t generation,
-                                                   absl::Time deadline) {
-    return std::nullopt;
-  }
-  // Chunk sharding: reports finished chunks and leases the next one.
-  virtual absl::StatusOr<v1::LeaseChunkResponse> LeaseChunk(
-      const v1::LeaseChunkRequest& request) {
-    return absl::UnimplementedError("no coordinator to lease chunks from");
-  }
-};
 
 struct TrainResult {
   v1::Progress progress;       // final step, loss, test accuracy (rank 0)
@@ -79,17 +52,17 @@ class Trainer {
     // After the generation ended (ABORTED) or a shard stayed unreachable,
     // how long to wait for the next generation's assignment.
     absl::Duration rejoin_timeout = absl::Seconds(60);
-    // Broken streams are re-opened within this long (PsClient).
+    // Broken connections are re-opened within this long.
     absl::Duration reconnect_timeout = absl::Seconds(30);
   };
 
-  // `backend` is not owned and must outlive the trainer.
-  Trainer(Backend* backend, Options options)
-      : backend_(backend), options_(std::move(options)) {}
+  // `backend` and `channels` are not owned and must outlive the trainer.
+  Trainer(Backend* backend, ChannelFactory* channels, Options options)
+      : backend_(backend), channels_(channels), options_(std::move(options)) {}
 
-  // Trains until the last step, a stop, or an error. `sink` may be null.
-  absl::StatusOr<TrainResult> Run(const Assignment& assignment,
-                                  ProgressSink* sink);
+  // Trains until the last step, a stop, or an error. `link` (not owned) may
+  // be null: static sharding, no re-joining.
+  absl::StatusOr<TrainResult> Run(const Assignment& assignment, JobLink* link);
 
   // Loads (and keeps) the job's training data, so that a later Run of the
   // job starts training at once: a worker joining a running job prepares
@@ -103,7 +76,8 @@ class Trainer {
   // The job's training split, checked against the model's input size.
   absl::StatusOr<const LabeledImages*> LoadTrain(const v1::JobSpec& spec);
 
-  Backend* const backend_;  // Not owned.
+  Backend* const backend_;          // Not owned.
+  ChannelFactory* const channels_;  // Not owned.
   const Options options_;
   std::map<std::string, std::unique_ptr<LabeledImages>>
       cache_;  // by dir/split/limit

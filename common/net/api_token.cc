@@ -9,7 +9,6 @@
 namespace fulcrum {
 namespace {
 
-constexpr char kHeader[] = "authorization";
 constexpr char kScheme[] = "Bearer ";
 
 // Compares without an early exit, so the time taken does not tell how much
@@ -50,28 +49,23 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
-void AttachToken(grpc::ClientContext* context, const std::string& token) {
-  if (!token.empty()) context->AddMetadata(kHeader, kScheme + token);
+std::string TokenMetadataValue(const std::string& token) {
+  return kScheme + token;
 }
 
-grpc::Status ApiToken::Check(const grpc::ServerContext& context) const {
-  if (token_.empty()) return grpc::Status::OK;
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kHeader);
-  if (it == metadata.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "authorization: missing API token (send "
-                        "'authorization: Bearer <token>'; fulcrumctl "
-                        "--token_file)");
+absl::Status ApiToken::Check(std::optional<std::string_view> value) const {
+  if (token_.empty()) return absl::OkStatus();
+  if (!value.has_value()) {
+    return absl::UnauthenticatedError(
+        "authorization: missing API token (send 'authorization: Bearer "
+        "<token>'; fulcrumctl --token_file)");
   }
-  const std::string value(it->second.data(), it->second.size());
-  const std::string scheme = kScheme;
-  if (value.compare(0, scheme.size(), scheme) != 0 ||
-      !ConstantTimeEquals(value.substr(scheme.size()), token_)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "authorization: invalid API token");
+  const std::string_view scheme = kScheme;
+  if (value->substr(0, scheme.size()) != scheme ||
+      !ConstantTimeEquals(std::string(value->substr(scheme.size())), token_)) {
+    return absl::UnauthenticatedError("authorization: invalid API token");
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 }  // namespace fulcrum

@@ -6,11 +6,10 @@
 #ifndef FULCRUM_COMMON_NET_API_TOKEN_H_
 #define FULCRUM_COMMON_NET_API_TOKEN_H_
 
-#include <grpcpp/client_context.h>
-#include <grpcpp/server_context.h>
-#include <grpcpp/support/status.h>
-
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -21,8 +20,10 @@ namespace fulcrum {
 // printable ASCII.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
-// Adds the token to a call (nothing when `token` is empty).
-void AttachToken(grpc::ClientContext* context, const std::string& token);
+// The metadata key a call carries the token in.
+inline constexpr char kTokenMetadataKey[] = "authorization";
+// The metadata value that carries `token` ("Bearer <token>").
+std::string TokenMetadataValue(const std::string& token);
 
 class ApiToken {
  public:
@@ -30,7 +31,8 @@ class ApiToken {
   explicit ApiToken(std::string token = "") : token_(std::move(token)) {}
   bool enabled() const { return !token_.empty(); }
   // OK, or UNAUTHENTICATED saying whether the token was missing or wrong.
-  grpc::Status Check(const grpc::ServerContext& context) const;
+  // `value`: the call's kTokenMetadataKey metadata, if it had one.
+  absl::Status Check(std::optional<std::string_view> value) const;
 
  private:
   std::string token_;

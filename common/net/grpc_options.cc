@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "common/net/api_token.h"
 #include "common/net/transport.h"
 
 namespace fulcrum {
@@ -31,15 +32,18 @@ void SetTimeout(grpc::ClientContext* context,
   context->set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
-std::chrono::milliseconds Backoff(int attempt,
-                                  std::chrono::milliseconds initial,
-                                  std::chrono::milliseconds max,
-                                  uint64_t random) {
-  const int shift = std::min(attempt, 20);
-  const int64_t bound =
-      std::min<int64_t>(max.count(), initial.count() << shift);
-  return std::chrono::milliseconds(
-      bound <= 0 ? 0 : static_cast<int64_t>(random % (bound + 1)));
+
+void AttachToken(grpc::ClientContext* context, const std::string& token) {
+  if (!token.empty())
+    context->AddMetadata(kTokenMetadataKey, TokenMetadataValue(token));
+}
+
+std::optional<std::string_view> TokenMetadata(
+    const grpc::ServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kTokenMetadataKey);
+  if (it == metadata.end()) return std::nullopt;
+  return std::string_view(it->second.data(), it->second.size());
 }
 
 }  // namespace fulcrum

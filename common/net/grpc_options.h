@@ -7,9 +7,13 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/server_builder.h>
 
+#include <grpcpp/server_context.h>
+
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace fulcrum {
 
@@ -28,12 +32,12 @@ void ConfigureServer(grpc::ServerBuilder* builder);
 void SetTimeout(grpc::ClientContext* context,
                 std::chrono::milliseconds timeout);
 
-// Exponential backoff with full jitter, bounded by `max`: attempt 0 waits up
-// to `initial`, each later attempt doubles the bound.
-std::chrono::milliseconds Backoff(int attempt,
-                                  std::chrono::milliseconds initial,
-                                  std::chrono::milliseconds max,
-                                  uint64_t random);
+
+// Adds the API token (api_token.h) to a call; nothing when `token` is empty.
+void AttachToken(grpc::ClientContext* context, const std::string& token);
+// The API token metadata a call carried, for ApiToken::Check.
+std::optional<std::string_view> TokenMetadata(
+    const grpc::ServerContext& context);
 
 }  // namespace fulcrum
 

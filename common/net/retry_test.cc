@@ -20,12 +20,12 @@ RetryOptions Fast(int max_attempts, bool retry_all = false) {
 
 TEST(RetryTest, RetriesUnavailableUntilSuccess) {
   int calls = 0, retried = 0;
-  grpc::Status s = RetryWithBackoff(
+  absl::Status s = RetryWithBackoff(
       [&] {
-        return ++calls < 4 ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")
-                           : grpc::Status::OK;
+        return ++calls < 4 ? absl::UnavailableError("down")
+                           : absl::OkStatus();
       },
-      Fast(0), nullptr, [&](const grpc::Status&) { ++retried; });
+      Fast(0), nullptr, [&](const absl::Status&) { ++retried; });
   EXPECT_TRUE(s.ok());
   EXPECT_EQ(calls, 4);
   EXPECT_EQ(retried, 3);
@@ -35,14 +35,14 @@ TEST(RetryTest, DoesNotRetryOtherCodesUnlessAsked) {
   int calls = 0;
   auto invalid = [&] {
     ++calls;
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad");
+    return absl::InvalidArgumentError("bad");
   };
-  EXPECT_EQ(RetryWithBackoff(invalid, Fast(0), nullptr).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(RetryWithBackoff(invalid, Fast(0), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(calls, 1);
   calls = 0;
-  EXPECT_EQ(RetryWithBackoff(invalid, Fast(3, true), nullptr).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(RetryWithBackoff(invalid, Fast(3, true), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(calls, 3);  // bounded by max_attempts
 }
 
@@ -52,11 +52,27 @@ TEST(RetryTest, CancelStopsTheLoop) {
     absl::SleepFor(absl::Milliseconds(30));
     cancel.Notify();
   });
-  grpc::Status s = RetryWithBackoff(
-      [] { return grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"); },
+  absl::Status s = RetryWithBackoff(
+      [] { return absl::UnavailableError("down"); },
       Fast(0), &cancel);
   canceller.join();
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+}
+
+TEST(BackoffTest, GrowsAndIsBounded) {
+  // With the largest random value the wait is exactly the bound.
+  EXPECT_EQ(Backoff(0, milliseconds(50), milliseconds(1000), 50),
+            milliseconds(50));
+  EXPECT_EQ(Backoff(2, milliseconds(50), milliseconds(1000), 200),
+            milliseconds(200));
+  EXPECT_EQ(Backoff(30, milliseconds(50), milliseconds(1000), 1000),
+            milliseconds(1000));
+  for (uint64_t r = 0; r < 5000; r += 37) {
+    EXPECT_LE(Backoff(8, milliseconds(50), milliseconds(1000), r),
+              milliseconds(1000));
+  }
+  EXPECT_EQ(Backoff(1, milliseconds(50), milliseconds(1000), 0),
+            milliseconds(0));
 }
 
 }  // namespace

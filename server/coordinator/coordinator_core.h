@@ -1,20 +1,20 @@
-// The coordinator's core: the job table and its state machine
-// (PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED), worker and shard
-// registration with heartbeat leases, assignment of workers and shards to
-// jobs, elastic membership (generations), recovery of lost shards from
-// checkpoints, data chunk leases, and job progress from worker reports. No
-// gRPC types: shards are driven through the ShardControl interface.
+// The coordinator's core: the job table and each job's life
+// (PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED), elastic
+// membership (generations), recovery of lost shards from checkpoints, data
+// chunk leases and job progress. No gRPC types: shards are driven through
+// ShardControl.
 //
-// Membership (architecture §5): a running job has the members it wants
-// (joins, leaves, losses change them at once) and the generation the shards
-// serve. A "round" moves the shards to the next generation: InitJob on any
-// replacement shard, Reconfigure phase 1 on every shard (adopt the
-// generation, restoring a checkpoint after a shard loss), then phase 2
-// (align every partition to the lowest version any shard reported). Workers
-// see the new generation in heartbeat assignments once a round commits.
-// Chunk leases end with their generation: each commit rebuilds the chunk
-// table from the shards' data ledger, so what the parameters include is the
-// only truth about which samples were trained.
+// This class holds the one lock and plans under it; it owns the parts that
+// know one thing each (leveldb's DBImpl over VersionSet is the model):
+//   MemberRegistry  workers and shards, leases, ids, adoption after restart
+//   Job / ChunkTable  each job's phase, membership, chunk leases, ledger
+//   placement.h     which shards serve a job (pure functions)
+//   round.h         a generation round, run without the lock
+//   job_status_view.h  the status a user sees (a pure function)
+//   Journal         durable state, fsync'd without the lock (group commit)
+// Calls to shards (InitJob, rounds, EndJob) run on the executor, never under
+// the lock and never in the ticker: one slow shard delays only its own job.
+// Each plans under the lock, calls out without it, then commits under it.
 //
 // Thread safety: every public method is safe to call concurrently.
 // Background work (lease expiry, scheduling) runs in Tick(), called by the
@@ -25,7 +25,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,24 +34,17 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/concurrency/executor.h"
+#include "common/env/env.h"
 #include "fulcrum/v1/coordinator.pb.h"
 #include "fulcrum/v1/parameter_server.pb.h"
-#include "server/coordinator/state_store.h"
+#include "server/coordinator/job.h"
+#include "server/coordinator/journal.h"
+#include "server/coordinator/member_registry.h"
+#include "server/coordinator/round.h"
+#include "server/coordinator/shard_control.h"
 
 namespace fulcrum {
-
-// The coordinator's calls into parameter shards.
-class ShardControl {
- public:
-  virtual ~ShardControl() = default;
-  virtual absl::Status InitJob(const std::string& address,
-                               const v1::InitJobRequest& request) = 0;
-  // Best effort: the job's streams end on that shard.
-  virtual void EndJob(const std::string& address,
-                      const std::string& job_id) = 0;
-  virtual absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
-      const std::string& address, const v1::ReconfigureRequest& request) = 0;
-};
 
 class Coordinator {
  public:
@@ -66,11 +58,16 @@ class Coordinator {
     // the job's data before the offer lapses (it is idle again).
     absl::Duration prepare_timeout = absl::Seconds(60);
     absl::Duration tick = absl::Milliseconds(100);
-    std::function<absl::Time()> now = [] { return absl::Now(); };
-    // Called (outside any lock the caller could hold) when a lease expires;
-    // role is "worker" or "shard". May be null.
+    // Not owned: the clock (leases) and the state files.
+    Env* env = Env::Default();
+    // Not owned: where calls to shards run. Null: a pool of
+    // `shard_call_threads` threads of the coordinator's own.
+    Executor* executor = nullptr;
+    int shard_call_threads = 4;
+    // Called (outside the lock) when a lease expires; role is "worker" or
+    // "shard". May be null.
     std::function<void(const std::string& role)> on_member_lost;
-    // Durable state (state_store.h); empty: none, a restart forgets jobs.
+    // Durable state (journal.h); empty: none, a restart forgets jobs.
     std::string state_dir;
   };
 
@@ -84,16 +81,27 @@ class Coordinator {
   absl::Status Recover();
   void Start();
   void Stop();
-  // Expires leases and starts pending jobs. Calls ShardControl without
-  // holding the lock.
+  // Expires leases, starts pending jobs, offers places, plans rounds; the
+  // calls to shards go to the executor.
   void Tick();
 
+  // The user-facing calls.
   absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec);
   absl::StatusOr<v1::JobStatus> GetJob(const std::string& job_id) const;
   std::vector<v1::JobStatus> ListJobs() const;
   absl::StatusOr<v1::JobStatus> CancelJob(const std::string& job_id);
+  std::vector<v1::Member> ListMembers() const;
+  // The job's parameters for `fulcrumctl export` (the CLI reaches shards
+  // only through here): `sink` gets the spec, then every chunk pulled from
+  // the job's shards; false from it stops the export (CANCELLED).
+  // NOT_FOUND for an unknown job, FAILED_PRECONDITION while it has no
+  // shards. Whether the shards agree on one version is the reader's check.
+  absl::Status ExportJob(
+      const std::string& job_id,
+      const std::function<bool(const v1::ExportChunk&)>& sink);
 
-  v1::RegisterWorkerResponse RegisterWorker(
+  // The members' calls.
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
       const v1::RegisterWorkerRequest& request);
   absl::StatusOr<v1::WorkerHeartbeatResponse> WorkerHeartbeat(
       const v1::WorkerHeartbeatRequest& request);
@@ -104,134 +112,94 @@ class Coordinator {
   absl::Status Leave(const std::string& member_id);
   absl::StatusOr<v1::ReportProgressResponse> ReportProgress(
       const v1::ReportProgressRequest& request);
-  std::vector<v1::Member> ListMembers() const;
   absl::StatusOr<v1::LeaseChunkResponse> LeaseChunk(
       const v1::LeaseChunkRequest& request);
 
  private:
-  struct Worker {
-    std::string id, hostname, device, job_id;
-    int64_t generation = 0;  // of job_id, as last reported
-    absl::Time last_heartbeat;
-    v1::Progress progress;
-    // Offered a place in running job job_id, loading its data (not a
-    // member yet) until this time.
-    bool preparing = false;
-    absl::Time prepare_until;
-    std::set<std::string> declined;  // jobs whose data it could not load
+  // Work planned under the lock, run after it: shard calls and journal
+  // syncs.
+  struct Effects {
+    std::vector<std::function<void()>> tasks;  // for the executor
+    std::vector<std::string> lost_roles;
+    std::vector<std::pair<std::string, std::string>> ends;  // address, job
+    uint64_t journal_ticket = 0;
   };
-  struct Shard {
-    std::string id, address;
-    absl::Time last_heartbeat;
-  };
-  struct Chunk {
-    int64_t begin = 0, end = 0;  // positions in the epoch's order
-    int64_t next = 0;            // where the next lease starts
-    std::string holder;          // worker holding the lease, if any
-    bool done = false;           // every sample pushed (or in the ledger)
-  };
-  struct Job {
-    v1::JobStatus status;
-    // Membership wanted for the next generation; status.workers is the
-    // generation the shards serve.
-    std::vector<std::string> members;
-    bool finishing = false;       // a worker reported done: no more rounds
-    bool round_in_flight = false;
-    std::set<int> missing_shards;  // shard indexes whose shard was lost
-    std::set<int> fresh_shards;    // replacements that need InitJob
-    bool restore = false;          // the next round restores a checkpoint
-    std::set<int64_t> bad_checkpoints;  // failed to restore
-    // Checkpoint steps on disk, by shard index (from heartbeats).
-    std::map<int, std::vector<int64_t>> checkpoint_steps;
-    // Coordinator restart: rounds wait until then for members to return.
-    bool recovering = false;
-    absl::Time recover_after = absl::InfinitePast();
-    bool force_round = false;  // a new generation even with the same members
-    // Chunk sharding.
-    int64_t dataset_size = -1;
-    std::map<int64_t, Chunk> chunks;  // by id; epochs created as reached
-    std::map<int64_t, v1::LedgerEntry> ledger;  // latest from the shards
-    bool starting = false;                          // InitJob calls in flight
-    absl::Time ready_since = absl::InfinitePast();  // min workers idle since
-    std::vector<std::string> shard_addresses;
-    std::map<std::string, v1::StalenessSummary> staleness;  // by shard id
-    std::map<std::string, int64_t> samples;  // trained so far, by worker id
-    // Stalled sync steps in each shard's latest report, by shard id.
-    std::map<std::string, std::vector<v1::Stall>> stalls;
-  };
-  struct Launch {  // a job whose shards must be initialised
-    std::string job_id;
-    std::vector<std::pair<std::string, v1::InitJobRequest>> inits;
-  };
-  struct EndCall {
-    std::string address, job_id;
-  };
-  struct Round {  // a job's move to the next generation
-    std::string job_id;
-    int64_t generation = 0;
-    std::vector<std::string> workers;
-    std::vector<std::string> addresses;  // by shard index
-    std::vector<std::pair<std::string, v1::InitJobRequest>> inits;
-    bool restore = false;
-    std::set<int64_t> bad_checkpoints;  // not to be restored
-  };
+  // Runs `e` (no lock held): tasks and EndJob calls on the executor, the
+  // journal's sync, the lost-member callbacks.
+  void Apply(Effects& e);
 
-  void ExpireLeases(absl::Time now, std::vector<std::string>* lost)
+  // Tick's parts. REQUIRES: mu_.
+  void ExpireLeases(absl::Time now, Effects* e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Schedule(absl::Time now, std::vector<Launch>* launches)
+  void StartJobs(absl::Time now, Effects* e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OfferPlaces(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PlanRounds(absl::Time now, Effects* e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReadyForRound(Job& job, absl::Time now, Effects* e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReplaceLostShards(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RoundPlan PlanRound(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::map<std::string, int> ShardLoad() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Work on the executor, committing under the lock.
+  void Launch(std::string job_id,
+              std::vector<std::pair<std::string, v1::InitJobRequest>> inits);
+  void CommitLaunch(const std::string& job_id, const absl::Status& status);
+  void RunRoundTask(RoundPlan plan);
+  void CommitRound(const RoundPlan& plan, const RoundResult& result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AbandonRound(const RoundPlan& plan, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Job changes. REQUIRES: mu_.
   void Finish(Job& job, v1::JobState state, const std::string& message,
-              std::vector<EndCall>* ends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunEnds(const std::vector<EndCall>& ends);
-  void PlanRounds(absl::Time now, std::vector<Round>* rounds)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Grow(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunRound(const Round& round);
+              Effects* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker left the job (left, lost or failed): out of the wanted
   // membership, its chunk lease returns to the queue.
   void DropMember(Job& job, const std::string& worker, const std::string& kind)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseShard(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Chunk geometry and table.
-  static int64_t ChunksPerEpoch(const Job& job);
-  static void EnsureEpoch(Job& job, int64_t epoch);
-  static void RebuildChunks(Job& job);
-  // Durable state: records a job's current state (logging failures).
-  absl::Status Persist(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static v1::PersistedJob ToPersisted(const Job& job);
-  void PersistCounters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The id counters as persisted (members: past every id reserved).
-  void FillCounters(v1::IdCounters* out) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string NewMemberId(const std::string& prefix)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A member this coordinator issued before a restart, heard from again.
-  bool Adoptable(const std::string& id, const std::string& prefix) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   void AddEvent(Job& job, const std::string& kind, const std::string& member,
                 int64_t step = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<std::string> IdleWorkers() const
+  Job* FindJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Member calls' parts. REQUIRES: mu_.
+  WorkerMember* AdoptOrFind(const v1::WorkerHeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RefreshProgress(Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static bool Terminal(v1::JobState s);
+  void TakePrepared(WorkerMember& w, const v1::WorkerHeartbeatRequest& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::WorkerHeartbeatResponse AssignmentOf(WorkerMember& w,
+                                           const std::string& reported_job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeShardStats(const std::string& shard_id,
+                      const v1::ShardJobStats& stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndByReport(Job& job, WorkerMember& w,
+                   const v1::ReportProgressRequest& request, Effects* e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Durable state: queues a job's current state (and a snapshot when due).
+  // Returns the journal ticket (0: no journal).
+  uint64_t Persist(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t PersistCounters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (no lock) until `ticket` is durable; logs a failure.
+  absl::Status Sync(uint64_t ticket);
 
   const Options options_;
   ShardControl* const shards_;  // Not owned.
+  std::unique_ptr<ThreadPool> own_executor_;
+  Executor* executor_;  // Not owned (or own_executor_).
   std::thread ticker_;
   absl::Notification stop_;
 
   mutable absl::Mutex mu_;
   int64_t next_job_ ABSL_GUARDED_BY(mu_) = 1;
-  int64_t next_member_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);  // submission order
-  std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Shard> shard_members_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<StateStore> store_ ABSL_GUARDED_BY(mu_);
-  int64_t reserved_member_ ABSL_GUARDED_BY(mu_) = 0;  // ids persisted below
-  bool recovered_ ABSL_GUARDED_BY(mu_) = false;
-  std::set<std::string> gone_ ABSL_GUARDED_BY(mu_);  // expired or left since
+  std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> job_order_ ABSL_GUARDED_BY(mu_);  // submitted
+  MemberRegistry members_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Journal> journal_;  // set by Recover, before Start
 };
 
 }  // namespace fulcrum

@@ -3,47 +3,20 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <thread>
 
+#include "absl/synchronization/notification.h"
+#include "common/concurrency/executor.h"
 #include "common/config/job_spec.h"
+#include "common/testing/fault_injection_env.h"
 #include "gtest/gtest.h"
+#include "server/coordinator/testing/fake_shards.h"
+#include "server/coordinator/testing/test_specs.h"
 
 namespace fulcrum {
 namespace {
 
-class FakeShards : public ShardControl {
- public:
-  absl::Status InitJob(const std::string& address,
-                       const v1::InitJobRequest& r) override {
-    inits.push_back({address, r});
-    return next_status;
-  }
-  void EndJob(const std::string& address, const std::string& job_id) override {
-    ends.push_back(address + "/" + job_id);
-  }
-  absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
-      const std::string& address, const v1::ReconfigureRequest& r) override {
-    reconfigures.push_back({address, r});
-    if (r.restore() && bad_steps.count(r.restore_step()))
-      return absl::DataLossError("corrupt checkpoint");
-    v1::ReconfigureResponse response;
-    response.set_min_version(versions.count(address) ? versions[address] : 0);
-    for (int64_t step : disk[address]) response.add_checkpoint_steps(step);
-    if (r.align_version() >= 0 && address == ledger_address) {
-      response.set_has_ledger(true);
-      for (const v1::LedgerEntry& e : ledger) *response.add_ledger() = e;
-    }
-    return response;
-  }
-  std::vector<std::pair<std::string, v1::InitJobRequest>> inits;
-  std::vector<std::pair<std::string, v1::ReconfigureRequest>> reconfigures;
-  std::vector<std::string> ends;
-  absl::Status next_status;
-  std::map<std::string, int64_t> versions;  // phase 1 min_version by address
-  std::set<int64_t> bad_steps;              // checkpoints that fail to load
-  std::map<std::string, std::vector<int64_t>> disk;  // checkpoint files
-  std::string ledger_address = "127.0.0.1:1";
-  std::vector<v1::LedgerEntry> ledger;
-};
+using testing::FakeShards;
 
 v1::LedgerEntry Entry(int64_t chunk, int64_t end, int64_t samples) {
   v1::LedgerEntry e;
@@ -53,20 +26,7 @@ v1::LedgerEntry Entry(int64_t chunk, int64_t end, int64_t samples) {
   return e;
 }
 
-// A 4 -> 2 MLP job for min..max workers on `shards` shards.
-v1::JobSpec TinySpec(int min, int max, int shards) {
-  v1::JobSpec spec;
-  spec.set_name("j");
-  spec.mutable_model()->set_type("mlp");
-  spec.mutable_model()->add_layers(4);
-  spec.mutable_model()->add_layers(2);
-  spec.mutable_dataset()->set_dir("/d");
-  spec.mutable_optimizer()->set_lr(0.1);
-  spec.mutable_workers()->set_min(min);
-  spec.mutable_workers()->set_max(max);
-  spec.set_shards(shards);
-  return spec;
-}
+using testing::TinySpec;
 
 class CoordinatorTest : public ::testing::Test {
  protected:
@@ -74,7 +34,8 @@ class CoordinatorTest : public ::testing::Test {
 
   Coordinator::Options MakeOptions() {
     Coordinator::Options o;
-    o.now = [this] { return now_; };
+    o.env = &env_;
+    o.executor = &inline_;  // every shard call done when Tick() returns
     return o;
   }
 
@@ -83,7 +44,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::string AddWorker() {
-    return coordinator_.RegisterWorker({}).worker_id();
+    return coordinator_.RegisterWorker({})->worker_id();
   }
   std::string AddShard(const std::string& address) {
     v1::RegisterShardRequest r;
@@ -110,7 +71,8 @@ class CoordinatorTest : public ::testing::Test {
     ASSERT_TRUE(coordinator_.WorkerHeartbeat(r).ok());
   }
 
-  absl::Time now_ = absl::FromUnixSeconds(1000);
+  testing::FaultInjectionEnv env_;  // the clock moves when the test says
+  InlineExecutor inline_;
   FakeShards shards_;
   Coordinator coordinator_;
 };
@@ -135,7 +97,7 @@ TEST_F(CoordinatorTest, StartsWhenEnoughMembersThenSucceeds) {
   AddShard("127.0.0.1:2");
   coordinator_.Tick();  // min reached: waits start_grace for a third worker
   EXPECT_TRUE(shards_.inits.empty());
-  now_ += absl::Seconds(2);
+  env_.Advance(absl::Seconds(2));
   coordinator_.Tick();
   ASSERT_EQ(shards_.inits.size(), 2u);
   EXPECT_EQ(shards_.inits[1].second.shard_index(), 1);
@@ -193,12 +155,12 @@ TEST_F(CoordinatorTest, LostWorkersLeaveTheJobWhichContinuesAndRegrows) {
   coordinator_.Tick();
   ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
   ASSERT_EQ(coordinator_.GetJob(*id)->workers_size(), 2);
-  now_ += absl::Seconds(3);
+  env_.Advance(absl::Seconds(3));
   Beat(w1, *id);
   v1::ShardHeartbeatRequest sb;
   sb.set_shard_id(s1);
   ASSERT_TRUE(coordinator_.ShardHeartbeat(sb).ok());
-  now_ += absl::Seconds(3);  // w2 silent for 6 s > 5 s lease
+  env_.Advance(absl::Seconds(3));  // w2 silent for 6 s > 5 s lease
   shards_.versions["127.0.0.1:1"] = 41;
   coordinator_.Tick();
   v1::JobStatus status = *coordinator_.GetJob(*id);
@@ -258,7 +220,7 @@ TEST_F(CoordinatorTest, WorkersJoinARunningJobUpToMax) {
   AddShard("127.0.0.1:1");
   AddShard("127.0.0.1:2");
   coordinator_.Tick();
-  now_ += absl::Seconds(2);  // past the start grace
+  env_.Advance(absl::Seconds(2));  // past the start grace
   coordinator_.Tick();
   ASSERT_EQ(coordinator_.GetJob(*id)->workers_size(), 1);
   const std::string w2 = AddWorker(), w3 = AddWorker(), w4 = AddWorker();
@@ -286,7 +248,7 @@ TEST_F(CoordinatorTest, WorkersThatCannotLoadAreNotAskedAgainSlowOnesJoin) {
   const std::string w1 = AddWorker();
   const std::string s1 = AddShard("127.0.0.1:1");
   coordinator_.Tick();
-  now_ += absl::Seconds(2);
+  env_.Advance(absl::Seconds(2));
   coordinator_.Tick();
   ASSERT_EQ(coordinator_.GetJob(*id)->workers_size(), 1);
   const std::string w2 = AddWorker(), w3 = AddWorker();
@@ -301,7 +263,7 @@ TEST_F(CoordinatorTest, WorkersThatCannotLoadAreNotAskedAgainSlowOnesJoin) {
   // w3 takes longer than the prepare timeout (60 s): the offer lapses and,
   // the place still free, is made again; the job does not wait meanwhile.
   for (int i = 0; i < 13; ++i) {
-    now_ += absl::Seconds(5);
+    env_.Advance(absl::Seconds(5));
     Beat(w1, *id);
     v1::ShardHeartbeatRequest sb;
     sb.set_shard_id(s1);
@@ -460,72 +422,6 @@ TEST_F(CoordinatorTest, ChunksAreLeasedOncePerEpochAndReturnWithGenerations) {
   EXPECT_EQ(status.epochs(1).trained(), 30);
 }
 
-TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      std::string(tmp != nullptr ? tmp : "/tmp") + "/coordinator_state";
-  absl::Time now = absl::FromUnixSeconds(1000);
-  FakeShards shards;
-  Coordinator::Options options;
-  options.now = [&now] { return now; };
-  options.state_dir = dir;
-  std::string job, w1, w2, s1;
-  {
-    Coordinator first(options, &shards);
-    ASSERT_TRUE(first.Recover().ok());
-    const v1::JobSpec spec = TinySpec(2, 2, 1);
-job = *first.SubmitJob(spec);
-    w1 = first.RegisterWorker({}).worker_id();
-    w2 = first.RegisterWorker({}).worker_id();
-    v1::RegisterShardRequest r;
-    r.set_address("127.0.0.1:1");
-    s1 = first.RegisterShard(r)->shard_id();
-    first.Tick();
-    ASSERT_EQ(first.GetJob(job)->state(), v1::RUNNING);
-  }  // the coordinator "crashes": nothing but the state dir survives
-  Coordinator second(options, &shards);
-  ASSERT_TRUE(second.Recover().ok());
-  v1::JobStatus status = *second.GetJob(job);
-  EXPECT_EQ(status.state(), v1::RUNNING);
-  EXPECT_EQ(status.generation(), 1);
-  EXPECT_EQ(status.workers_size(), 2);
-  // New ids never collide with ones issued before the restart.
-  const std::string w3 = second.RegisterWorker({}).worker_id();
-  EXPECT_NE(w3, w1);
-  EXPECT_NE(w3, w2);
-  // Members come back with heartbeats; chunk leases wait meanwhile.
-  v1::LeaseChunkRequest lease;
-  lease.set_worker_id(w1);
-  lease.set_job_id(job);
-  lease.set_generation(1);
-  lease.set_dataset_size(100);
-  v1::WorkerHeartbeatRequest hb;
-  hb.set_worker_id(w1);
-  hb.set_job_id(job);
-  hb.set_hostname("h");
-  ASSERT_TRUE(second.WorkerHeartbeat(hb).ok());
-  EXPECT_EQ(second.LeaseChunk(lease).status().code(),
-            absl::StatusCode::kUnavailable);
-  hb.set_worker_id(w2);
-  ASSERT_TRUE(second.WorkerHeartbeat(hb).ok());
-  v1::ShardHeartbeatRequest sb;
-  sb.set_shard_id(s1);
-  sb.set_address("127.0.0.1:1");
-  ASSERT_TRUE(second.ShardHeartbeat(sb).ok());
-  // Everyone is back: the next tick moves to generation 2 (rebuilding the
-  // chunk table from the ledger) without waiting for the lease.
-  second.Tick();
-  status = *second.GetJob(job);
-  EXPECT_EQ(status.generation(), 2);
-  EXPECT_EQ(status.workers_size(), 2);
-  lease.set_generation(2);
-  EXPECT_TRUE(second.LeaseChunk(lease).ok());
-  // A worker id that was never issued is not adopted.
-  hb.set_worker_id("w-999");
-  EXPECT_EQ(second.WorkerHeartbeat(hb).status().code(),
-            absl::StatusCode::kNotFound);
-}
-
 TEST_F(CoordinatorTest, MergesStalenessAndCheckpointsFromEveryShard) {
   auto id = coordinator_.SubmitJob(Spec(1, 1, 2));
   AddWorker();
@@ -633,6 +529,54 @@ TEST_F(CoordinatorTest, RegistrationValidation) {
   const std::string w = AddWorker();
   EXPECT_TRUE(coordinator_.Leave(w).ok());
   EXPECT_EQ(coordinator_.ListMembers().size(), 0u);
+}
+
+}  // namespace
+}  // namespace fulcrum
+
+namespace fulcrum {
+namespace {
+
+// A shard that does not answer InitJob holds only its own job: the calls
+// run on the coordinator's pool, so Tick returns at once and the next one
+// still expires leases. (Before, one tick could wait 30-60 s on one shard.)
+TEST(CoordinatorPoolTest, ASlowShardHoldsOnlyItsOwnJob) {
+  testing::FaultInjectionEnv env;
+  FakeShards shards;
+  absl::Notification release;
+  shards.hold_inits = &release;
+  Coordinator::Options o;
+  o.env = &env;  // no executor given: the coordinator's own pool
+  Coordinator c(o, &shards);
+  auto id = c.SubmitJob(TinySpec(1, 1, 1));
+  ASSERT_TRUE(id.ok());
+  const std::string w1 = c.RegisterWorker({})->worker_id();
+  v1::RegisterShardRequest r;
+  r.set_address("127.0.0.1:1");
+  const std::string s1 = c.RegisterShard(r)->shard_id();
+  // Released for certain after 2 s, so that a coordinator calling InitJob
+  // from its tick fails this test instead of hanging it.
+  std::thread releaser([&] {
+    absl::SleepFor(absl::Seconds(2));
+    release.Notify();
+  });
+  c.Tick();  // starts the job: its InitJob is now held on the pool
+  env.Advance(absl::Seconds(6));
+  v1::ShardHeartbeatRequest sb;
+  sb.set_shard_id(s1);
+  ASSERT_TRUE(c.ShardHeartbeat(sb).ok());
+  c.Tick();  // w1 was silent past its lease
+  bool held;
+  {
+    absl::MutexLock lock(&shards.mu);
+    held = shards.inits.empty();
+  }
+  EXPECT_TRUE(held) << "the second tick ran while InitJob was held";
+  std::vector<v1::Member> members = c.ListMembers();
+  ASSERT_EQ(members.size(), 1u);
+  EXPECT_EQ(members[0].id(), s1) << w1 << " expired meanwhile";
+  EXPECT_EQ(c.GetJob(*id)->state(), v1::PENDING);
+  releaser.join();
 }
 
 }  // namespace

@@ -17,9 +17,9 @@ grpc::Status Reply(absl::StatusOr<T> result, Out* out) {
 
 grpc::Status CoordinatorService::Authorize(
     const grpc::ServerContext& context) const {
-  grpc::Status s = token_.Check(context);
+  absl::Status s = token_.Check(TokenMetadata(context));
   if (!s.ok() && on_unauthenticated_) on_unauthenticated_();
-  return s;
+  return ToGrpcStatus(s);
 }
 
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
@@ -57,8 +57,7 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
 grpc::Status CoordinatorService::RegisterWorker(
     grpc::ServerContext*, const v1::RegisterWorkerRequest* r,
     v1::RegisterWorkerResponse* out) {
-  *out = core_->RegisterWorker(*r);
-  return grpc::Status::OK;
+  return Reply(core_->RegisterWorker(*r), out);
 }
 
 grpc::Status CoordinatorService::WorkerHeartbeat(
@@ -105,6 +104,15 @@ grpc::Status CoordinatorService::LeaseChunk(grpc::ServerContext*,
   return Reply(core_->LeaseChunk(*r), out);
 }
 
+grpc::Status CoordinatorService::ExportJob(
+    grpc::ServerContext* context, const v1::ExportJobRequest* r,
+    grpc::ServerWriter<v1::ExportChunk>* writer) {
+  if (grpc::Status auth = Authorize(*context); !auth.ok()) return auth;
+  return ToGrpcStatus(core_->ExportJob(
+      r->job_id(),
+      [writer](const v1::ExportChunk& chunk) { return writer->Write(chunk); }));
+}
+
 v1::ParameterServer::Stub* GrpcShardControl::Stub(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto& stub = stubs_[address];
@@ -141,6 +149,23 @@ absl::StatusOr<v1::ReconfigureResponse> GrpcShardControl::Reconfigure(
       FromGrpcStatus(Stub(address)->Reconfigure(&context, request, &response));
   if (!s.ok()) return s;
   return response;
+}
+
+absl::Status GrpcShardControl::Pull(
+    const std::string& address, const v1::PullRequest& request,
+    const std::function<bool(const v1::Params&)>& sink) {
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(60));
+  auto reader = Stub(address)->Pull(&context, request);
+  v1::Params p;
+  while (reader->Read(&p)) {
+    if (!sink(p)) {
+      context.TryCancel();
+      reader->Finish().IgnoreError();
+      return absl::CancelledError("the export's reader went away");
+    }
+  }
+  return FromGrpcStatus(reader->Finish());
 }
 
 }  // namespace fulcrum

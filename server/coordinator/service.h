@@ -1,4 +1,6 @@
-// gRPC front of the coordinator: translation only.
+// gRPC front of the coordinator: translation only (requests to the core,
+// statuses back; the API token of the user-facing calls), and ShardControl
+// over gRPC.
 #ifndef FULCRUM_SERVER_COORDINATOR_SERVICE_H_
 #define FULCRUM_SERVER_COORDINATOR_SERVICE_H_
 
@@ -11,6 +13,7 @@
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "server/coordinator/coordinator_core.h"
+#include "server/coordinator/shard_control.h"
 
 namespace fulcrum {
 
@@ -57,6 +60,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                            v1::ListMembersResponse*) override;
   grpc::Status LeaseChunk(grpc::ServerContext*, const v1::LeaseChunkRequest*,
                           v1::LeaseChunkResponse*) override;
+  grpc::Status ExportJob(grpc::ServerContext*, const v1::ExportJobRequest*,
+                         grpc::ServerWriter<v1::ExportChunk>*) override;
 
  private:
   grpc::Status Authorize(const grpc::ServerContext& context) const;
@@ -75,6 +80,9 @@ class GrpcShardControl final : public ShardControl {
   absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
       const std::string& address,
       const v1::ReconfigureRequest& request) override;
+  absl::Status Pull(
+      const std::string& address, const v1::PullRequest& request,
+      const std::function<bool(const v1::Params&)>& sink) override;
 
  private:
   v1::ParameterServer::Stub* Stub(const std::string& address);

@@ -1,15 +1,8 @@
 #include "server/ps/checkpoint.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -30,43 +23,6 @@ struct Header {
 static_assert(sizeof(Header) == 32, "the header layout is part of the format");
 constexpr uint32_t kFormat = 1;
 
-absl::Status ErrnoStatus(const std::string& what, const std::string& path) {
-  const int err = errno;
-  const std::string message =
-      absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  return err == ENOENT ? absl::NotFoundError(message)
-                       : absl::InternalError(message);
-}
-
-absl::Status MakeDirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    const std::string prefix = path.substr(0, i);
-    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoStatus("cannot create", prefix);
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteAll(int fd, const char* data, size_t n,
-                      const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("cannot write", path);
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
-}
-
-std::string Dirname(const std::string& path) {
-  return path.substr(0, path.rfind('/'));
-}
-
 }  // namespace
 
 std::string CheckpointPath(const std::string& dir, const std::string& job_id,
@@ -75,7 +31,7 @@ std::string CheckpointPath(const std::string& dir, const std::string& job_id,
                       ".ckpt");
 }
 
-absl::Status WriteCheckpoint(const std::string& path,
+absl::Status WriteCheckpoint(Env* env, const std::string& path,
                              const CheckpointFile& file) {
   std::string payload;
   for (const auto& [id, blob] : file.partitions) {
@@ -84,46 +40,24 @@ absl::Status WriteCheckpoint(const std::string& path,
     payload.append(reinterpret_cast<const char*>(&size), sizeof(size));
     payload.append(blob);
   }
-  Header h{{'F', 'C', 'K', '1'},
-           kFormat,
-           file.step,
-           file.shard,
-           static_cast<int32_t>(file.partitions.size()),
-           Crc32c(payload.data(), payload.size()),
-           static_cast<uint32_t>(file.job_id.size())};
-  const std::string dir = Dirname(path);
-  absl::Status s = MakeDirs(dir);
-  if (!s.ok()) return s;
-  const std::string tmp = path + ".tmp";
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("cannot create", tmp);
-  s = WriteAll(fd, reinterpret_cast<const char*>(&h), sizeof(h), tmp);
-  if (s.ok()) s = WriteAll(fd, file.job_id.data(), file.job_id.size(), tmp);
-  if (s.ok()) s = WriteAll(fd, payload.data(), payload.size(), tmp);
-  if (s.ok() && fsync(fd) != 0) s = ErrnoStatus("cannot fsync", tmp);
-  if (close(fd) != 0 && s.ok()) s = ErrnoStatus("cannot close", tmp);
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0)
-    s = ErrnoStatus("cannot rename", tmp);
-  if (!s.ok()) {
-    unlink(tmp.c_str());
-    return s;
-  }
-  // Make the rename itself durable.
-  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  return absl::OkStatus();
+  const Header h{{'F', 'C', 'K', '1'},
+                 kFormat,
+                 file.step,
+                 file.shard,
+                 static_cast<int32_t>(file.partitions.size()),
+                 Crc32c(payload.data(), payload.size()),
+                 static_cast<uint32_t>(file.job_id.size())};
+  std::string data(reinterpret_cast<const char*>(&h), sizeof(h));
+  data += file.job_id;
+  data += payload;
+  return WriteFileAtomically(env, path, data);
 }
 
-absl::StatusOr<CheckpointFile> ReadCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string data = buffer.str();
+absl::StatusOr<CheckpointFile> ReadCheckpoint(Env* env,
+                                              const std::string& path) {
+  absl::StatusOr<std::string> read = env->ReadFile(path);
+  if (!read.ok()) return read.status();
+  const std::string& data = *read;
   auto loss = [&path](const std::string& why) {
     return absl::DataLossError(
         absl::StrCat("checkpoint ", path, " is corrupt: ", why));
@@ -162,49 +96,49 @@ absl::StatusOr<CheckpointFile> ReadCheckpoint(const std::string& path) {
   return file;
 }
 
-std::vector<int64_t> ListCheckpointSteps(const std::string& dir,
-                                         const std::string& job_id,
-                                         int32_t shard) {
-  const std::string job_dir = absl::StrCat(dir, "/", job_id);
+namespace {
+
+// Steps with a directory under the job's, ascending.
+std::vector<int64_t> StepDirs(Env* env, const std::string& job_dir) {
   std::vector<int64_t> steps;
-  if (DIR* d = opendir(job_dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      long long step;
-      char tail;
-      if (std::sscanf(e->d_name, "step-%lld%c", &step, &tail) == 1 &&
-          access(CheckpointPath(dir, job_id, step, shard).c_str(), F_OK) == 0)
-        steps.push_back(step);
-    }
-    closedir(d);
+  absl::StatusOr<std::vector<std::string>> names = env->GetChildren(job_dir);
+  if (!names.ok()) return steps;
+  for (const std::string& name : *names) {
+    long long step;
+    char tail;
+    if (std::sscanf(name.c_str(), "step-%lld%c", &step, &tail) == 1)
+      steps.push_back(step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
 }
 
-std::vector<int64_t> PruneCheckpoints(const std::string& dir,
+}  // namespace
+
+std::vector<int64_t> ListCheckpointSteps(Env* env, const std::string& dir,
+                                         const std::string& job_id,
+                                         int32_t shard) {
+  std::vector<int64_t> steps;
+  for (int64_t step : StepDirs(env, absl::StrCat(dir, "/", job_id))) {
+    if (env->FileExists(CheckpointPath(dir, job_id, step, shard)))
+      steps.push_back(step);
+  }
+  return steps;
+}
+
+std::vector<int64_t> PruneCheckpoints(Env* env, const std::string& dir,
                                       const std::string& job_id, int32_t shard,
                                       int keep) {
-  const std::string job_dir = absl::StrCat(dir, "/", job_id);
-  std::vector<int64_t> steps;
-  if (DIR* d = opendir(job_dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      long long step;
-      char tail;
-      if (std::sscanf(e->d_name, "step-%lld%c", &step, &tail) == 1)
-        steps.push_back(step);
-    }
-    closedir(d);
-  }
-  std::sort(steps.rbegin(), steps.rend());
-  for (size_t i = static_cast<size_t>(std::max(keep, 0)); i < steps.size();
-       ++i) {
+  std::vector<int64_t> steps = StepDirs(env, absl::StrCat(dir, "/", job_id));
+  std::reverse(steps.begin(), steps.end());
+  const size_t kept = static_cast<size_t>(std::max(keep, 0));
+  for (size_t i = kept; i < steps.size(); ++i) {
     const std::string path = CheckpointPath(dir, job_id, steps[i], shard);
-    unlink(path.c_str());
-    rmdir(Dirname(path)
-              .c_str());  // succeeds only once every shard's file is gone
+    env->RemoveFile(path).IgnoreError();
+    // Succeeds only once every shard's file is gone.
+    env->RemoveDir(Dirname(path)).IgnoreError();
   }
-  if (steps.size() > static_cast<size_t>(std::max(keep, 0)))
-    steps.resize(std::max(keep, 0));
+  if (steps.size() > kept) steps.resize(kept);
   return steps;
 }
 
@@ -250,23 +184,30 @@ void CheckpointWriter::DropAfter(int64_t step) {
   ready_.erase(std::remove_if(ready_.begin(), ready_.end(),
                               [step](const CheckpointFile& f) { return f.step > step; }),
                ready_.end());
-  for (int64_t s : ListCheckpointSteps(options_.dir, options_.job_id, options_.shard)) {
-    if (s > step) unlink(CheckpointPath(options_.dir, options_.job_id, s, options_.shard).c_str());
+  Env* const env = options_.env;
+  for (int64_t s : ListCheckpointSteps(env, options_.dir, options_.job_id,
+                                       options_.shard)) {
+    if (s > step) {
+      env->RemoveFile(
+             CheckpointPath(options_.dir, options_.job_id, s, options_.shard))
+          .IgnoreError();
+    }
   }
   if (writing_ > step) writing_ = -1;
   last_written_ = -1;
-  for (int64_t s : ListCheckpointSteps(options_.dir, options_.job_id, options_.shard))
+  for (int64_t s : ListCheckpointSteps(env, options_.dir, options_.job_id,
+                                       options_.shard))
     last_written_ = std::max(last_written_, s);
+}
+
+void CheckpointWriter::Flush() {
+  absl::MutexLock lock(&mu_);
+  while (!ready_.empty() || busy_) changed_.Wait(&mu_);
 }
 
 int64_t CheckpointWriter::last_written() const {
   absl::MutexLock lock(&mu_);
   return last_written_;
-}
-
-int64_t CheckpointWriter::failures() const {
-  absl::MutexLock lock(&mu_);
-  return failures_;
 }
 
 void CheckpointWriter::Run() {
@@ -279,32 +220,30 @@ void CheckpointWriter::Run() {
       file = std::move(ready_.front());
       ready_.pop_front();
       writing_ = file.step;
+      busy_ = true;
     }
-    const absl::Time start = absl::Now();
-    absl::Status s =
-        WriteCheckpoint(CheckpointPath(options_.dir, options_.job_id, file.step,
-                                       options_.shard),
-                        file);
+    Env* const env = options_.env;
+    const std::string path =
+        CheckpointPath(options_.dir, options_.job_id, file.step, options_.shard);
+    const absl::Time start = env->Now();
+    absl::Status s = WriteCheckpoint(env, path, file);
     if (s.ok())
-      PruneCheckpoints(options_.dir, options_.job_id, options_.shard,
+      PruneCheckpoints(env, options_.dir, options_.job_id, options_.shard,
                        options_.keep);
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    const double seconds = absl::ToDoubleSeconds(env->Now() - start);
+    bool dropped;
     {
       absl::MutexLock lock(&mu_);
-      if (writing_ < 0 && s.ok()) {  // dropped while being written
-        unlink(CheckpointPath(options_.dir, options_.job_id, file.step,
-                              options_.shard)
-                   .c_str());
-        continue;
-      }
+      dropped = writing_ < 0;  // DropAfter ran while it was being written
       writing_ = -1;
-      if (s.ok()) {
-        last_written_ = std::max(last_written_, file.step);
-      } else {
-        ++failures_;
-      }
+      if (dropped && s.ok()) env->RemoveFile(path).IgnoreError();
+      if (!dropped && s.ok()) last_written_ = std::max(last_written_, file.step);
     }
-    if (options_.on_written) options_.on_written(file.step, seconds, s);
+    if (!dropped && options_.on_written)
+      options_.on_written(file.step, seconds, s);
+    absl::MutexLock lock(&mu_);
+    busy_ = false;
+    changed_.SignalAll();
   }
 }
 

@@ -22,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/env/env.h"
 
 namespace fulcrum {
 
@@ -35,23 +36,24 @@ struct CheckpointFile {
 std::string CheckpointPath(const std::string& dir, const std::string& job_id,
                            int64_t step, int32_t shard);
 
-// Creates the directories as needed. UNAVAILABLE-free: errors are INTERNAL
-// or the errno's meaning, naming the path.
-absl::Status WriteCheckpoint(const std::string& path,
+// Creates the directories as needed; atomic (WriteFileAtomically). Errors
+// are the Env's (INTERNAL or NOT_FOUND, naming the path), never UNAVAILABLE.
+absl::Status WriteCheckpoint(Env* env, const std::string& path,
                              const CheckpointFile& file);
 
 // NOT_FOUND if missing; DATA_LOSS if truncated, not a checkpoint, or the
 // CRC does not match.
-absl::StatusOr<CheckpointFile> ReadCheckpoint(const std::string& path);
+absl::StatusOr<CheckpointFile> ReadCheckpoint(Env* env,
+                                              const std::string& path);
 
 // Steps that have a file of this shard, ascending.
-std::vector<int64_t> ListCheckpointSteps(const std::string& dir,
+std::vector<int64_t> ListCheckpointSteps(Env* env, const std::string& dir,
                                          const std::string& job_id,
                                          int32_t shard);
 
 // Deletes this shard's files in all but the newest `keep` step directories
 // of the job (and step directories left empty). Returns the steps kept.
-std::vector<int64_t> PruneCheckpoints(const std::string& dir,
+std::vector<int64_t> PruneCheckpoints(Env* env, const std::string& dir,
                                       const std::string& job_id, int32_t shard,
                                       int keep);
 
@@ -72,6 +74,7 @@ class CheckpointWriter {
     std::function<void(int64_t step, double seconds,
                        const absl::Status& status)>
         on_written;
+    Env* env = Env::Default();  // Not owned.
   };
 
   explicit CheckpointWriter(Options options);
@@ -84,9 +87,10 @@ class CheckpointWriter {
   // Forgets pending and written checkpoints of steps after `step` (the job
   // was rolled back to it: they belong to a discarded history).
   void DropAfter(int64_t step);
+  // Blocks until every complete step added so far is written (or failed).
+  void Flush();
   const Options& options() const { return options_; }
   int64_t last_written() const;  // -1 before the first successful write
-  int64_t failures() const;
 
  private:
   void Run();
@@ -98,8 +102,8 @@ class CheckpointWriter {
   std::deque<CheckpointFile> ready_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_written_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t writing_ ABSL_GUARDED_BY(mu_) = -1;  // step being written, if any
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;     // a file is being written
   std::thread thread_;
 };
 

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/synchronization/mutex.h"
+#include "common/testing/fault_injection_env.h"
 #include "gtest/gtest.h"
 
 namespace fulcrum {
@@ -28,11 +29,11 @@ CheckpointFile Sample() {
 TEST(CheckpointTest, RoundTrip) {
   const std::string path = CheckpointPath(Dir("rt"), "job-7", 300, 1);
   EXPECT_EQ(path, Dir("rt") + "/job-7/step-300/shard-1.ckpt");
-  ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+  ASSERT_TRUE(WriteCheckpoint(Env::Default(), path, Sample()).ok());
   struct stat st;
   EXPECT_NE(stat((path + ".tmp").c_str(), &st), 0)
       << "the temp file must be gone";
-  auto read = ReadCheckpoint(path);
+  auto read = ReadCheckpoint(Env::Default(), path);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->job_id, "job-7");
   EXPECT_EQ(read->step, 300);
@@ -42,7 +43,7 @@ TEST(CheckpointTest, RoundTrip) {
 
 TEST(CheckpointTest, DetectsCorruptionAndTruncation) {
   const std::string path = CheckpointPath(Dir("bad"), "job-7", 300, 1);
-  ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+  ASSERT_TRUE(WriteCheckpoint(Env::Default(), path, Sample()).ok());
   std::string bytes;
   {
     std::ifstream in(path, std::ios::binary);
@@ -54,16 +55,16 @@ TEST(CheckpointTest, DetectsCorruptionAndTruncation) {
   std::string flipped = bytes;
   flipped[flipped.size() / 2] ^= 0x40;  // a bit in a partition blob
   write(flipped);
-  auto r = ReadCheckpoint(path);
+  auto r = ReadCheckpoint(Env::Default(), path);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find("CRC-32C mismatch"), std::string::npos);
   write(bytes.substr(0, bytes.size() - 10));
-  EXPECT_EQ(ReadCheckpoint(path).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadCheckpoint(Env::Default(), path).status().code(), absl::StatusCode::kDataLoss);
   write(bytes.substr(0, 20));
-  EXPECT_EQ(ReadCheckpoint(path).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadCheckpoint(Env::Default(), path).status().code(), absl::StatusCode::kDataLoss);
   write("not a checkpoint at all, but long enough to hold a header");
-  EXPECT_EQ(ReadCheckpoint(path).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(ReadCheckpoint(path + ".missing").status().code(),
+  EXPECT_EQ(ReadCheckpoint(Env::Default(), path).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadCheckpoint(Env::Default(), path + ".missing").status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -75,17 +76,17 @@ TEST(CheckpointTest, PruneKeepsTheNewest) {
       f.step = step;
       f.shard = shard;
       ASSERT_TRUE(
-          WriteCheckpoint(CheckpointPath(dir, "job-7", step, shard), f).ok());
+          WriteCheckpoint(Env::Default(), CheckpointPath(dir, "job-7", step, shard), f).ok());
     }
   }
-  EXPECT_EQ(PruneCheckpoints(dir, "job-7", 0, 2),
+  EXPECT_EQ(PruneCheckpoints(Env::Default(), dir, "job-7", 0, 2),
             (std::vector<int64_t>{400, 300}));
   struct stat st;
   EXPECT_NE(stat(CheckpointPath(dir, "job-7", 100, 0).c_str(), &st), 0);
   EXPECT_EQ(stat(CheckpointPath(dir, "job-7", 100, 1).c_str(), &st),
             0);  // other shard's
   EXPECT_EQ(stat(CheckpointPath(dir, "job-7", 300, 0).c_str(), &st), 0);
-  PruneCheckpoints(dir, "job-7", 1, 2);
+  PruneCheckpoints(Env::Default(), dir, "job-7", 1, 2);
   EXPECT_NE(stat((dir + "/job-7/step-100").c_str(), &st), 0)
       << "empty step dir removed";
 }
@@ -110,7 +111,7 @@ TEST(CheckpointWriterTest, WritesOnceEveryPartitionReportedAndPrunes) {
     writer.Add(40, 1, "half");  // partition 4 never reports step 40: no file
   }                             // the destructor finishes queued writes
   EXPECT_EQ(written, (std::vector<int64_t>{10, 20, 30}));
-  auto file = ReadCheckpoint(CheckpointPath(dir, "job-9", 30, 0));
+  auto file = ReadCheckpoint(Env::Default(), CheckpointPath(dir, "job-9", 30, 0));
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(file->partitions, (std::vector<std::pair<int32_t, std::string>>{
                                   {1, "a30"}, {4, "b30"}}));
@@ -118,6 +119,38 @@ TEST(CheckpointWriterTest, WritesOnceEveryPartitionReportedAndPrunes) {
   EXPECT_NE(stat(CheckpointPath(dir, "job-9", 10, 0).c_str(), &st), 0)
       << "pruned (keep 2)";
   EXPECT_NE(stat(CheckpointPath(dir, "job-9", 40, 0).c_str(), &st), 0);
+}
+
+// A disk that fails the fsync of step 5's file (injected, not a full disk):
+// the attempt is reported with the error, nothing is left behind, the last
+// written step does not move, and the next step writes normally.
+TEST(CheckpointWriterTest, AFailedSyncIsReportedAndLeavesNoFile) {
+  const std::string dir = Dir("faulty");
+  testing::FaultInjectionEnv env;
+  env.FailOn(testing::FaultInjectionEnv::Op::kSync, "step-5/",
+             absl::InternalError("injected: no space left on device"));
+  std::vector<std::pair<int64_t, absl::Status>> seen;
+  CheckpointWriter::Options options{
+      dir, "job-2", 0, 1, 3,
+      [&](int64_t step, double, const absl::Status& s) {
+        seen.emplace_back(step, s);
+      }};
+  options.env = &env;
+  CheckpointWriter writer(options);
+  writer.Add(5, 0, "x");
+  writer.Flush();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].second.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(seen[0].second.message().find("no space"), std::string::npos);
+  EXPECT_EQ(writer.last_written(), -1);
+  EXPECT_TRUE(ListCheckpointSteps(&env, dir, "job-2", 0).empty());
+  EXPECT_FALSE(env.FileExists(CheckpointPath(dir, "job-2", 5, 0) + ".tmp"));
+  writer.Add(6, 0, "y");
+  writer.Flush();
+  EXPECT_EQ(writer.last_written(), 6);
+  EXPECT_EQ(ListCheckpointSteps(&env, dir, "job-2", 0),
+            (std::vector<int64_t>{6}));
+  EXPECT_EQ(env.Failures(testing::FaultInjectionEnv::Op::kSync), 1);
 }
 
 TEST(CheckpointWriterTest, ReportsFailures) {

@@ -14,7 +14,7 @@
 #include "common/net/transport.h"
 #include "server/ps/service.h"
 #include "server/ps/shard_agent.h"
-#include "server/ps/shard_core.h"
+#include "server/ps/parameter_shard.h"
 #include "server/ps/shard_metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",

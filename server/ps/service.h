@@ -1,5 +1,6 @@
-// gRPC front of the parameter shard: unpacks requests, calls ParameterShard /
-// JobShard, converts statuses. No training logic lives here.
+// gRPC front of the parameter shard: unpacks requests, calls ParameterShard,
+// JobShard and WorkerStream, converts statuses. No training logic lives
+// here; the stream's rules are WorkerStream's.
 #ifndef FULCRUM_SERVER_PS_SERVICE_H_
 #define FULCRUM_SERVER_PS_SERVICE_H_
 
@@ -7,7 +8,7 @@
 
 #include "absl/time/time.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
-#include "server/ps/shard_core.h"
+#include "server/ps/parameter_shard.h"
 #include "server/ps/shard_metrics.h"
 
 namespace fulcrum {

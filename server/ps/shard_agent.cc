@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/net/grpc_options.h"
 #include "common/net/retry.h"
+#include "common/status/grpc_status.h"
 
 namespace fulcrum {
 
@@ -43,16 +44,17 @@ bool ShardAgent::Register() {
   v1::RegisterShardResponse response;
   RetryOptions retry;
   retry.retry_all = true;  // keep trying until the coordinator takes us
-  grpc::Status s = RetryWithBackoff(
+  absl::Status s = RetryWithBackoff(
       [&] {
         grpc::ClientContext context;
         SetTimeout(&context, std::chrono::seconds(5));
-        return stub_->RegisterShard(&context, request, &response);
+        return FromGrpcStatus(
+            stub_->RegisterShard(&context, request, &response));
       },
       retry, &stop_,
-      [](const grpc::Status& failed) {
-        std::cerr << "fulcrum-server: register failed ("
-                  << failed.error_message() << "), retrying\n";
+      [](const absl::Status& failed) {
+        std::cerr << "fulcrum-server: register failed (" << failed.message()
+                  << "), retrying\n";
       });
   if (!s.ok()) return false;
   shard_id_ = response.shard_id();

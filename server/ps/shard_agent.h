@@ -13,7 +13,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "fulcrum/v1/coordinator.grpc.pb.h"
-#include "server/ps/shard_core.h"
+#include "server/ps/parameter_shard.h"
 
 namespace fulcrum {
 

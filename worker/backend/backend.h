@@ -19,7 +19,9 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string Name() const = 0;
 
-  // Memory of n floats in this backend's space; never null (aborts on OOM).
+  // Memory of n floats in this backend's space. When it cannot be had:
+  // null, and status() turns RESOURCE_EXHAUSTED (sticky), so callers check
+  // status() once after allocating, before any kernel uses the memory.
   virtual float* Allocate(int64_t n) = 0;
   virtual void Free(float* p) = 0;
   virtual void CopyToDevice(const float* host, float* device, int64_t n) = 0;

@@ -190,9 +190,12 @@ float* CudaBackend::Allocate(int64_t n) {
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, std::max<int64_t>(n, 1) * sizeof(float));
   if (e != cudaSuccess) {
-    std::cerr << "fulcrum-worker: " << name_ << ": cannot allocate " << n
-              << " floats: " << CudaError(e) << "\n";
-    std::abort();  // Backend contract: never null
+    // Backend contract: null, and a sticky RESOURCE_EXHAUSTED status.
+    if (status_.ok()) {
+      status_ = absl::ResourceExhaustedError(absl::StrCat(
+          name_, ": cannot allocate ", n, " floats: ", CudaError(e)));
+    }
+    return nullptr;
   }
   return static_cast<float*>(p);
 }

@@ -83,6 +83,16 @@ class CudaBackendTest : public ::testing::Test {
   std::vector<float*> owned_;
 };
 
+// Out of device memory is a status, not an abort: null and a sticky
+// RESOURCE_EXHAUSTED (the H200 has ~141 GB; this asks for 4 PB).
+TEST_F(CudaBackendTest, AllocationBeyondTheDeviceIsAStatusNotAnAbort) {
+  auto own = CudaBackend::Create({});  // its status turns bad, not gpu_'s
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ((*own)->Allocate(int64_t{1} << 50), nullptr);
+  EXPECT_EQ((*own)->status().code(), absl::StatusCode::kResourceExhausted)
+      << (*own)->status();
+}
+
 TEST_F(CudaBackendTest, GemmMatchesTheCpuInEveryTransposition) {
   const int m = 37, n = 29, k = 53;
   for (bool ta : {false, true}) {

@@ -1,0 +1,72 @@
+#include "client/export.h"
+
+#include "gtest/gtest.h"
+
+namespace fulcrum {
+namespace {
+
+v1::ExportChunk SpecChunk() {
+  v1::ExportChunk c;
+  v1::JobSpec* spec = c.mutable_spec();
+  spec->mutable_model()->add_layers(64);
+  spec->mutable_model()->add_layers(8);
+  spec->set_shards(2);
+  spec->set_partition_bytes(1024);
+  c.set_shard(-1);
+  return c;
+}
+
+// Every partition of the layout whole, at `version`, valued by element.
+std::vector<v1::ExportChunk> Chunks(int64_t version, int skip = -1) {
+  const ParameterLayout layout = *ParameterLayout::ForMlp({64, 8}, 2, 1024);
+  std::vector<v1::ExportChunk> out;
+  for (const Partition& p : layout.partitions()) {
+    if (p.id == skip) continue;
+    v1::ExportChunk c;
+    c.set_shard(p.shard);
+    c.mutable_params()->set_partition(p.id);
+    c.mutable_params()->set_version(version);
+    std::vector<float> values(p.size);
+    for (int64_t i = 0; i < p.size; ++i) values[i] = p.offset + i;
+    c.mutable_params()->set_data(values.data(), values.size() * 4);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+TEST(ModelAssemblerTest, AssemblesTheFlatVectorFromEveryShard) {
+  ModelAssembler a;
+  ASSERT_TRUE(a.Add(SpecChunk()).ok());
+  for (const v1::ExportChunk& c : Chunks(7)) ASSERT_TRUE(a.Add(c).ok());
+  absl::StatusOr<ModelFile> model = a.Finish();
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->version, 7);
+  EXPECT_EQ(model->layers, (std::vector<int32_t>{64, 8}));
+  ASSERT_EQ(model->params.size(), 64u * 8 + 8);
+  for (size_t i = 0; i < model->params.size(); ++i)
+    ASSERT_EQ(model->params[i], static_cast<float>(i));
+}
+
+TEST(ModelAssemblerTest, RefusesMissingMixedOrForeignChunks) {
+  ModelAssembler early;
+  EXPECT_EQ(early.Add(Chunks(1)[0]).code(), absl::StatusCode::kInvalidArgument);
+  ModelAssembler missing;
+  ASSERT_TRUE(missing.Add(SpecChunk()).ok());
+  for (const v1::ExportChunk& c : Chunks(1, 0)) ASSERT_TRUE(missing.Add(c).ok());
+  EXPECT_EQ(missing.Finish().status().code(), absl::StatusCode::kDataLoss);
+  ModelAssembler mixed;
+  ASSERT_TRUE(mixed.Add(SpecChunk()).ok());
+  std::vector<v1::ExportChunk> chunks = Chunks(1);
+  chunks.back().mutable_params()->set_version(2);
+  for (const v1::ExportChunk& c : chunks) ASSERT_TRUE(mixed.Add(c).ok());
+  EXPECT_EQ(mixed.Finish().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ModelAssembler foreign;
+  ASSERT_TRUE(foreign.Add(SpecChunk()).ok());
+  v1::ExportChunk bad = Chunks(1)[0];
+  bad.mutable_params()->set_partition(99);
+  EXPECT_EQ(foreign.Add(bad).code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace fulcrum

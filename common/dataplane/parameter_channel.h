@@ -1,0 +1,96 @@
+// The worker's side of the data plane as an interface: a connection to the
+// shards of one job generation that pushes gradient partitions and delivers
+// new parameters partition by partition. Transports plug in here, as gloo's
+// transport sits behind transport/device.h:
+//   GrpcParameterChannel (worker/grpc_channel.h)   one gRPC stream per shard;
+//   LocalParameterChannel (server/ps/local_channel.h, tests)  calls the
+//       shard core in process.
+// The shared-memory and compressed transports are next.
+//
+// Errors are absl::Status with the contract of docs/errors.md: ABORTED (the
+// generation ended: re-join), UNAVAILABLE (a shard stayed unreachable past
+// reconnect_timeout), CANCELLED (Cancel()), DEADLINE_EXCEEDED.
+//
+// Thread safety: Open, Push, WaitForClock and Close are called from one
+// thread (the training thread); Cancel from any thread.
+#ifndef FULCRUM_COMMON_DATAPLANE_PARAMETER_CHANNEL_H_
+#define FULCRUM_COMMON_DATAPLANE_PARAMETER_CHANNEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/tensor/layout.h"
+
+namespace fulcrum {
+
+// The samples behind a pushed gradient (chunk sharding; chunk < 0: none).
+struct PushRange {
+  int64_t chunk = -1, begin = 0, end = 0;
+};
+
+struct ChannelOptions {
+  std::string job_id;
+  std::string worker_id;
+  int64_t generation = 1;
+  std::vector<std::string> shard_addresses;  // by shard index
+  int64_t chunk_bytes = 1 << 20;  // pushes travel in chunks of this size
+  absl::Duration connect_timeout = absl::Seconds(30);
+  // How long a broken connection is retried before the channel fails.
+  absl::Duration reconnect_timeout = absl::Seconds(30);
+  // Called (from a channel thread) each time a broken connection re-opens.
+  std::function<void()> on_reconnect;
+};
+
+class ParameterChannel {
+ public:
+  virtual ~ParameterChannel() = default;
+
+  // Connects to every shard holding partitions and waits until every
+  // partition's current values have arrived in the parameter buffer.
+  // Returns their clock: the step to compute next.
+  virtual absl::StatusOr<int64_t> Open() = 0;
+
+  // Queues the push of partition `id`'s gradient, read from `grads` (the
+  // flat gradient, which must stay unchanged until the next WaitForClock
+  // returns) for `step`. samples = 0 sends an empty push (no data this
+  // step). A step's pushes are re-sent by the channel itself after a
+  // reconnect; the shard applies nothing twice.
+  virtual void Push(int32_t id, int64_t step, int64_t samples,
+                    const float* grads, bool stop, PushRange range) = 0;
+
+  // Waits until every partition has arrived for reading at `clock` (the
+  // parameters to compute step `clock` with; in sync mode exactly version
+  // `clock`), calling `arrived(id)` on the calling thread for each
+  // partition as soon as it has arrived (each once), so that the caller can
+  // move it on (e.g. to a GPU) while the rest is in flight. *stop is set
+  // when a worker asked everyone to stop.
+  virtual absl::Status WaitForClock(
+      int64_t clock, absl::Time deadline, bool* stop,
+      absl::FunctionRef<void(int32_t)> arrived) = 0;
+
+  // Makes waits return CANCELLED (the worker leaves). Any thread.
+  virtual void Cancel() = 0;
+  // Ends the connections and returns the first error the channel saw.
+  virtual absl::Status Close() = 0;
+};
+
+// Makes channels: the transport a WorkerSession uses.
+class ChannelFactory {
+ public:
+  virtual ~ChannelFactory() = default;
+  // `layout` and `params` (layout->total_size() floats of host memory,
+  // where parameters arrive) are not owned and must outlive the channel.
+  virtual std::unique_ptr<ParameterChannel> Create(
+      ChannelOptions options, const ParameterLayout* layout,
+      float* params) = 0;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COMMON_DATAPLANE_PARAMETER_CHANNEL_H_

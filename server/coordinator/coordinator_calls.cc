@@ -1,0 +1,466 @@
+// Coordinator: the users' and the members' calls. Each checks its request
+// before it changes anything (a rejected request changes no state), plans
+// under the lock, and runs its effects (EndJob calls, the journal's sync)
+// after it.
+#include <algorithm>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "common/config/job_spec.h"
+#include "server/coordinator/coordinator_core.h"
+#include "server/coordinator/job_status_view.h"
+
+namespace fulcrum {
+
+absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
+  ApplyDefaults(&spec);
+  if (absl::Status valid = ValidateJobSpec(spec); !valid.ok()) return valid;
+  std::unique_ptr<Job> job;
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string id = absl::StrCat("job-", next_job_++);
+    job = std::make_unique<Job>(id, std::move(spec), options_.env->Now());
+    ticket = std::max(Persist(*job), PersistCounters());
+  }
+  // The job exists once it is durable (no lock held while the disk works).
+  if (absl::Status durable = Sync(ticket); !durable.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot record the job durably: ", durable.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  const std::string id = job->id();
+  job_order_.push_back(id);
+  jobs_[id] = std::move(job);
+  return id;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::GetJob(
+    const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end())
+    return absl::NotFoundError(absl::StrCat("job_id '", job_id, "' not found"));
+  return JobStatusView(*it->second, members_);
+}
+
+std::vector<v1::JobStatus> Coordinator::ListJobs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::JobStatus> out;
+  for (const std::string& id : job_order_)
+    out.push_back(JobStatusView(*jobs_.at(id), members_));
+  return out;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(
+    const std::string& job_id) {
+  Effects e;
+  v1::JobStatus status;
+  {
+    absl::MutexLock lock(&mu_);
+    Job* job = FindJob(job_id);
+    if (job == nullptr)
+      return absl::NotFoundError(
+          absl::StrCat("job_id '", job_id, "' not found"));
+    if (job->phase == JobPhase::kEnded) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " already ended (",
+                       v1::JobState_Name(job->status.state()), ")"));
+    }
+    Finish(*job, v1::CANCELLED, "cancelled by user", &e);
+    status = job->status;
+  }
+  Apply(e);
+  return status;
+}
+
+std::vector<v1::Member> Coordinator::ListMembers() const {
+  absl::MutexLock lock(&mu_);
+  return members_.List(options_.env->Now());
+}
+
+absl::Status Coordinator::ExportJob(
+    const std::string& job_id,
+    const std::function<bool(const v1::ExportChunk&)>& sink) {
+  v1::ExportChunk chunk;
+  std::vector<std::string> addresses;
+  {
+    absl::MutexLock lock(&mu_);
+    Job* job = FindJob(job_id);
+    if (job == nullptr)
+      return absl::NotFoundError(
+          absl::StrCat("job_id '", job_id, "' not found"));
+    if (static_cast<int>(job->shard_addresses.size()) != job->spec().shards()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " has no shards assigned (state ",
+                       v1::JobState_Name(job->status.state()), ")"));
+    }
+    *chunk.mutable_spec() = job->spec();
+    addresses = job->shard_addresses;
+  }
+  chunk.set_shard(-1);
+  if (!sink(chunk)) return absl::CancelledError("the export's reader went away");
+  chunk.clear_spec();
+  v1::PullRequest request;
+  request.set_job_id(job_id);
+  for (int shard = 0; shard < static_cast<int>(addresses.size()); ++shard) {
+    chunk.set_shard(shard);
+    absl::Status s = shards_->Pull(addresses[shard], request,
+                                   [&](const v1::Params& p) {
+                                     *chunk.mutable_params() = p;
+                                     return sink(chunk);
+                                   });
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("shard ", shard, " (",
+                                                 addresses[shard],
+                                                 "): ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
+    const v1::RegisterWorkerRequest& request) {
+  v1::RegisterWorkerResponse response;
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    bool persist = false;
+    WorkerMember& w =
+        members_.AddWorker(request, options_.env->Now(), &persist);
+    if (persist) ticket = PersistCounters();
+    response.set_worker_id(w.id);
+  }
+  Sync(ticket).IgnoreError();
+  response.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+  return response;
+}
+
+WorkerMember* Coordinator::AdoptOrFind(const v1::WorkerHeartbeatRequest& r) {
+  WorkerMember* w = members_.FindWorker(r.worker_id());
+  if (w != nullptr || !members_.Adoptable(r.worker_id(), "w-")) return w;
+  // Issued before this coordinator restarted: take it back, with the job it
+  // trains if it is a member of that job's generation.
+  w = &members_.AdoptWorker(r.worker_id(), r.hostname(), r.device());
+  const Job* job = FindJob(r.job_id());
+  if (job != nullptr &&
+      (job->in_generation(w->id) || job->phase == JobPhase::kEnded)) {
+    w->job_id = r.job_id();
+  }
+  std::cerr << "fulcrum-coordinator: re-adopted worker " << w->id
+            << (w->job_id.empty() ? "" : " of " + w->job_id) << "\n";
+  return w;
+}
+
+// A worker offered a place says it loaded the job's data (or could not).
+void Coordinator::TakePrepared(WorkerMember& w,
+                               const v1::WorkerHeartbeatRequest& r) {
+  if (!w.preparing || r.prepared_job().empty() || r.prepared_job() != w.job_id)
+    return;
+  w.preparing = false;
+  Job* job = FindJob(w.job_id);
+  if (job == nullptr) {
+    w.job_id.clear();
+  } else if (!r.prepare_error().empty()) {
+    // It cannot load this job's data: not offered this job again.
+    std::cerr << "fulcrum-coordinator: worker " << w.id << " cannot prepare "
+              << w.job_id << ": " << r.prepare_error() << "\n";
+    AddEvent(*job, "failed", w.id);
+    w.declined.insert(w.job_id);
+    w.job_id.clear();
+  } else if (job->running() && job->phase != JobPhase::kFinishing &&
+             static_cast<int>(job->members.size()) <
+                 job->spec().workers().max()) {
+    job->members.push_back(w.id);  // the next round takes it in
+  } else {
+    w.job_id.clear();  // the job ended or filled up meanwhile
+  }
+}
+
+v1::WorkerHeartbeatResponse Coordinator::AssignmentOf(
+    WorkerMember& w, const std::string& reported_job) {
+  v1::WorkerHeartbeatResponse response;
+  if (w.job_id.empty()) return response;
+  const Job* job = FindJob(w.job_id);
+  if (job == nullptr ||
+      (job->phase == JobPhase::kEnded && reported_job != w.job_id)) {
+    w.job_id.clear();  // the worker has let go of the finished job
+    return response;
+  }
+  if (job->pending()) return response;  // still starting
+  v1::WorkerAssignment* a = response.mutable_assignment();
+  a->set_job_id(w.job_id);
+  *a->mutable_spec() = job->spec();
+  a->set_job_state(job->status.state());
+  if (w.preparing) {
+    a->set_prepare(true);
+    return response;
+  }
+  // Joining: not in the generation the shards serve yet.
+  const auto& members = job->status.workers();
+  auto rank = std::find(members.begin(), members.end(), w.id);
+  if (rank == members.end()) {
+    response.clear_assignment();
+    return response;
+  }
+  a->set_rank(static_cast<int32_t>(rank - members.begin()));
+  a->set_world_size(members.size());
+  a->set_generation(job->status.generation());
+  for (const std::string& address : job->shard_addresses)
+    a->add_shard_addresses(address);
+  return response;
+}
+
+absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
+    const v1::WorkerHeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  WorkerMember* w = AdoptOrFind(request);
+  if (w == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("worker_id '", request.worker_id(),
+                     "' is not registered (lease expired?): register again"));
+  }
+  w->last_heartbeat = options_.env->Now();
+  w->generation = request.generation();
+  TakePrepared(*w, request);
+  Job* job = FindJob(w->job_id);
+  if (!request.job_id().empty() && request.job_id() == w->job_id &&
+      job != nullptr) {
+    w->progress = request.progress();
+    job->samples[w->id] = request.progress().samples_total();
+  }
+  return AssignmentOf(*w, request.job_id());
+}
+
+absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
+    const v1::RegisterShardRequest& request) {
+  if (request.address().empty() ||
+      request.address().find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address must be host:port, got '", request.address(), "'"));
+  }
+  v1::RegisterShardResponse response;
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    // A shard registering at a member's address is that member restarted:
+    // the old one is lost now, not when its lease runs out.
+    if (ShardMember* old = members_.ShardAt(request.address())) {
+      const std::string id = old->id;
+      members_.RemoveShard(id);
+      std::cerr << "fulcrum-coordinator: shard " << id << " at "
+                << request.address() << " restarted\n";
+      LoseShard(id);
+    }
+    bool persist = false;
+    ShardMember& s =
+        members_.AddShard(request.address(), options_.env->Now(), &persist);
+    if (persist) ticket = PersistCounters();
+    response.set_shard_id(s.id);
+  }
+  Sync(ticket).IgnoreError();
+  response.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+  return response;
+}
+
+void Coordinator::TakeShardStats(const std::string& shard_id,
+                                 const v1::ShardJobStats& stats) {
+  Job* job = FindJob(stats.job_id());
+  if (job == nullptr) return;
+  const auto& shards = job->status.shards();
+  const int index = static_cast<int>(
+      std::find(shards.begin(), shards.end(), shard_id) - shards.begin());
+  if (index < shards.size()) {
+    job->checkpoint_steps[index].assign(stats.checkpoint_steps().begin(),
+                                        stats.checkpoint_steps().end());
+    if (stats.has_ledger() && stats.generation() == job->status.generation()) {
+      job->ledger.clear();
+      for (const v1::LedgerEntry& e : stats.ledger()) job->ledger[e.chunk()] = e;
+    }
+  }
+  job->staleness[shard_id] = stats.staleness();
+  job->stalls[shard_id].assign(stats.stalls().begin(), stats.stalls().end());
+}
+
+absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
+    const v1::ShardHeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  ShardMember* s = members_.FindShard(request.shard_id());
+  if (s == nullptr && members_.Adoptable(request.shard_id(), "s-") &&
+      !request.address().empty()) {
+    s = &members_.AdoptShard(request.shard_id(), request.address());
+    std::cerr << "fulcrum-coordinator: re-adopted shard " << s->id << " at "
+              << s->address << "\n";
+  }
+  if (s == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("shard_id '", request.shard_id(),
+                     "' is not registered (lease expired?): register again"));
+  }
+  s->last_heartbeat = options_.env->Now();
+  for (const v1::ShardJobStats& stats : request.jobs())
+    TakeShardStats(s->id, stats);
+  v1::ShardHeartbeatResponse response;
+  for (const auto& [id, job] : jobs_) {
+    const auto& shards = job->status.shards();
+    if (job->phase != JobPhase::kEnded &&
+        std::find(shards.begin(), shards.end(), s->id) != shards.end()) {
+      response.add_active_jobs(id);
+    }
+  }
+  return response;
+}
+
+absl::Status Coordinator::Leave(const std::string& member_id) {
+  absl::MutexLock lock(&mu_);
+  if (WorkerMember* w = members_.FindWorker(member_id)) {
+    Job* job = FindJob(w->job_id);
+    if (job != nullptr && job->running()) DropMember(*job, member_id, "left");
+    members_.RemoveWorker(member_id);
+    return absl::OkStatus();
+  }
+  if (!members_.RemoveShard(member_id)) {
+    return absl::NotFoundError(
+        absl::StrCat("member_id '", member_id, "' not found"));
+  }
+  LoseShard(member_id);
+  return absl::OkStatus();
+}
+
+// The report ends the worker's part; rank 0's done ends the job.
+void Coordinator::EndByReport(Job& job, WorkerMember& w,
+                              const v1::ReportProgressRequest& request,
+                              Effects* e) {
+  const bool rank0 = job.status.workers(0) == w.id;
+  if (request.done() && job.running()) job.SetPhase(JobPhase::kFinishing);
+  if (!request.error().empty()) {
+    // One worker failing costs its share of the work, not the job; the job
+    // fails when no member is left.
+    std::cerr << "fulcrum-coordinator: worker " << w.id << " failed "
+              << job.id() << ": " << request.error() << "\n";
+    if (job.running()) DropMember(job, w.id, "failed");
+    if (job.members.empty()) {
+      Finish(job, v1::FAILED, absl::StrCat("worker ", w.id, ": ",
+                                            request.error()), e);
+    }
+  } else if (request.done() && rank0) {
+    const v1::Progress& p = request.progress();
+    const double target = job.spec().target_accuracy();
+    std::string message = absl::StrCat("trained ", p.step(),
+                                       " steps; test accuracy ",
+                                       p.test_accuracy());
+    if (target > 0) {
+      absl::StrAppend(&message,
+                      p.test_accuracy() >= target ? " (target "
+                                                  : " (below target ",
+                      target, ")");
+    }
+    Finish(job, v1::SUCCEEDED, message, e);
+  }
+  if (request.done() && w.job_id == job.id()) AddEvent(job, "finished", w.id);
+  if (request.done() || !request.error().empty()) w.job_id.clear();
+}
+
+absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
+    const v1::ReportProgressRequest& request) {
+  Effects e;
+  v1::ReportProgressResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    // Every check before any change: a rejected report adopts nobody.
+    Job* job = FindJob(request.job_id());
+    WorkerMember* w = members_.FindWorker(request.worker_id());
+    const bool adopt =
+        w == nullptr && members_.Adoptable(request.worker_id(), "w-");
+    if (w == nullptr && !adopt) {
+      return absl::NotFoundError(
+          absl::StrCat("worker_id '", request.worker_id(), "' not found"));
+    }
+    if (job == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("job_id '", request.job_id(), "' not found"));
+    }
+    if (!job->in_generation(request.worker_id())) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("worker ", request.worker_id(), " is not a member of ",
+                       request.job_id()));
+    }
+    if (adopt) {  // its report beat its heartbeat after a restart
+      w = &members_.AdoptWorker(request.worker_id(), "", "");
+      w->job_id = request.job_id();
+    }
+    w->last_heartbeat = options_.env->Now();
+    w->progress = request.progress();
+    job->samples[w->id] = request.progress().samples_total();
+    if (job->status.workers(0) == w->id) {  // rank 0 speaks for the job
+      const double rate = job->status.progress().samples_per_sec();
+      *job->status.mutable_progress() = request.progress();
+      job->status.mutable_progress()->set_samples_per_sec(rate);
+    }
+    EndByReport(*job, *w, request, &e);
+    response.set_job_state(job->status.state());
+  }
+  Apply(e);
+  return response;
+}
+
+absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
+    const v1::LeaseChunkRequest& request) {
+  absl::MutexLock lock(&mu_);
+  Job* job = FindJob(request.job_id());
+  if (job == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("job_id '", request.job_id(), "' not found"));
+  }
+  WorkerMember* w = members_.FindWorker(request.worker_id());
+  if (job->phase == JobPhase::kRecovering ||
+      (w == nullptr && members_.Adoptable(request.worker_id(), "w-"))) {
+    return absl::UnavailableError(
+        "the coordinator restarted and is re-adopting the job's members; "
+        "retry");
+  }
+  if (w == nullptr || !job->in_generation(request.worker_id())) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker_id '", request.worker_id(),
+                     "' is not a member of ", request.job_id()));
+  }
+  if (!job->running()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", request.job_id(), " is ",
+                     v1::JobState_Name(job->status.state())));
+  }
+  if (request.generation() != job->status.generation()) {
+    return absl::AbortedError(absl::StrCat(
+        "generation ", request.generation(), " is stale: job ",
+        request.job_id(), " is at generation ", job->status.generation(),
+        "; re-join"));
+  }
+  if (job->chunks == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", request.job_id(), " uses dataset.sharding '",
+        job->spec().dataset().sharding(), "', not chunks"));
+  }
+  if (request.dataset_size() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset_size must be > 0, got ", request.dataset_size()));
+  }
+  ChunkTable& chunks = *job->chunks;
+  if (chunks.dataset_size() < 0) {
+    chunks.set_dataset_size(request.dataset_size());
+    chunks.Rebuild(job->ledger);
+  } else if (chunks.dataset_size() != request.dataset_size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset_size ", request.dataset_size(), " differs from ",
+        chunks.dataset_size(), " reported by other workers of ",
+        request.job_id()));
+  }
+  w->last_heartbeat = options_.env->Now();
+  return chunks.Lease(request.worker_id(),
+                      {request.done().begin(), request.done().end()});
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,76 @@
+// One job as the coordinator keeps it: its public status, where in its
+// life it is (one phase), the membership it wants for its next generation,
+// its shards, chunk table and data ledger, and what the shards last
+// reported. Plain data; the Coordinator's lock guards every Job.
+#ifndef FULCRUM_SERVER_COORDINATOR_JOB_H_
+#define FULCRUM_SERVER_COORDINATOR_JOB_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "fulcrum/v1/coordinator.pb.h"
+#include "server/coordinator/chunk_table.h"
+
+namespace fulcrum {
+
+enum class JobPhase {
+  kWaiting,        // PENDING: too few idle workers or shards
+  kStarting,       // PENDING: InitJob calls in flight
+  kRecovering,     // RUNNING: the coordinator restarted; members return
+  kRunning,        // RUNNING: the shards serve a generation
+  kReconfiguring,  // RUNNING: a round moves the shards to the next one
+  kFinishing,      // RUNNING: a worker reported done; no more rounds
+  kEnded,          // SUCCEEDED, FAILED or CANCELLED
+};
+const char* PhaseName(JobPhase phase);
+
+struct Job {
+  Job(const std::string& id, v1::JobSpec spec, absl::Time submitted);
+
+  // The phase, and the public state that goes with it (`ended`: the
+  // terminal state, for kEnded).
+  void SetPhase(JobPhase phase, v1::JobState ended = v1::SUCCEEDED);
+  bool running() const {  // shards serve it (RUNNING)
+    return phase >= JobPhase::kRecovering && phase < JobPhase::kEnded;
+  }
+  bool pending() const { return phase < JobPhase::kRecovering; }
+  const std::string& id() const { return status.job_id(); }
+  const v1::JobSpec& spec() const { return status.spec(); }
+  // The generation the shards serve.
+  std::vector<std::string> generation_workers() const {
+    return {status.workers().begin(), status.workers().end()};
+  }
+  bool in_generation(const std::string& worker) const;
+
+  v1::JobStatus status;
+  JobPhase phase = JobPhase::kWaiting;
+  // Membership wanted for the next generation.
+  std::vector<std::string> members;
+  // What the next round must do besides adopting `members`.
+  struct NextRound {
+    std::set<int> missing_shards;  // indexes whose shard was lost
+    std::set<int> fresh_shards;    // replacements that need InitJob
+    bool restore = false;          // load a checkpoint (a shard was lost)
+    bool force = false;            // a generation even with the same members
+  } next;
+  std::set<int64_t> bad_checkpoints;  // failed to restore
+  // Checkpoint steps on disk, by shard index (from heartbeats).
+  std::map<int, std::vector<int64_t>> checkpoint_steps;
+  absl::Time recover_after = absl::InfinitePast();  // kRecovering
+  absl::Time ready_since = absl::InfinitePast();    // kWaiting: min idle
+  std::vector<std::string> shard_addresses;         // by shard index
+  std::unique_ptr<ChunkTable> chunks;  // dataset.sharding "chunks"
+  LedgerMap ledger;                    // latest from the shards
+  std::map<std::string, v1::StalenessSummary> staleness;  // by shard id
+  std::map<std::string, int64_t> samples;  // trained so far, by worker id
+  // Stalled sync steps in each shard's latest report, by shard id.
+  std::map<std::string, std::vector<v1::Stall>> stalls;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_COORDINATOR_JOB_H_

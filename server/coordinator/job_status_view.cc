@@ -1,0 +1,97 @@
+#include "server/coordinator/job_status_view.h"
+
+#include <algorithm>
+#include <set>
+
+namespace fulcrum {
+namespace {
+
+void AddWorkers(const Job& job, const MemberRegistry& members,
+                v1::JobStatus* out) {
+  for (const auto& [id, w] : members.workers()) {
+    if (w.preparing && w.job_id == job.id()) out->add_preparing(id);
+  }
+  int live = 0;
+  double rate = 0;
+  const bool running = job.running();
+  for (int rank = 0; rank < job.status.workers_size(); ++rank) {
+    const WorkerMember* w = members.FindWorker(job.status.workers(rank));
+    if (w == nullptr || w->job_id != job.id()) continue;
+    if (running) ++live;
+    rate += w->progress.samples_per_sec();
+    // While running, rank 0's latest heartbeat speaks for the job.
+    if (running && rank == 0 &&
+        w->progress.step() >= out->progress().step()) {
+      *out->mutable_progress() = w->progress;
+    }
+  }
+  out->set_live_workers(live);
+  if (running) out->mutable_progress()->set_samples_per_sec(rate);
+  int64_t samples = 0;
+  for (const auto& [worker, n] : job.samples) samples += n;
+  out->mutable_progress()->set_samples_total(samples);
+}
+
+// A checkpoint is complete once every shard index has it on disk.
+void AddCheckpoints(const Job& job, v1::JobStatus* out) {
+  std::set<int64_t> common;
+  for (int i = 0; i < job.status.shards_size(); ++i) {
+    auto it = job.checkpoint_steps.find(i);
+    std::set<int64_t> here;
+    if (it != job.checkpoint_steps.end())
+      here.insert(it->second.begin(), it->second.end());
+    if (i == 0) {
+      common = std::move(here);
+      continue;
+    }
+    for (auto c = common.begin(); c != common.end();)
+      c = here.count(*c) ? std::next(c) : common.erase(c);
+  }
+  for (int64_t s : common) out->add_checkpoint_steps(s);
+  out->set_checkpoint_step(common.empty() ? 0 : *common.rbegin());
+}
+
+// Staleness over every shard's reads.
+void AddStaleness(const Job& job, v1::JobStatus* out) {
+  v1::StalenessSummary* all = out->mutable_staleness();
+  double sum = 0;
+  for (const auto& [shard, s] : job.staleness) {
+    all->set_reads(all->reads() + s.reads());
+    all->set_max(std::max(all->max(), s.max()));
+    sum += s.mean() * s.reads();
+    for (int i = 0; i < s.histogram_size(); ++i) {
+      if (i >= all->histogram_size()) all->add_histogram(0);
+      all->set_histogram(i, all->histogram(i) + s.histogram(i));
+    }
+  }
+  if (all->reads() > 0) all->set_mean(sum / all->reads());
+}
+
+}  // namespace
+
+v1::JobStatus JobStatusView(const Job& job, const MemberRegistry& members) {
+  v1::JobStatus out = job.status;
+  out.clear_preparing();
+  out.clear_checkpoint_steps();
+  out.clear_epochs();
+  out.clear_stalls();
+  out.clear_staleness();
+  out.mutable_shard_addresses()->Assign(job.shard_addresses.begin(),
+                                        job.shard_addresses.end());
+  AddWorkers(job, members, &out);
+  AddCheckpoints(job, &out);
+  // Samples per epoch, from the shards' ledger: what the parameters hold.
+  if (job.chunks != nullptr) {
+    for (v1::EpochSamples& e : job.chunks->Epochs(job.ledger))
+      *out.add_epochs() = std::move(e);
+  }
+  if (job.running()) {
+    for (const auto& [shard, stalls] : job.stalls) {
+      for (const v1::Stall& s : stalls) *out.add_stalls() = s;
+    }
+  }
+  AddStaleness(job, &out);
+  return out;
+}
+
+}  // namespace fulcrum

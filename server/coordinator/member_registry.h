@@ -1,0 +1,100 @@
+// The coordinator's members: registered workers and shards, their leases,
+// the ids it issues (reserved in blocks, persisted so that a restarted
+// coordinator never reissues one) and the adoption of members it issued
+// before a restart, heard from again.
+//
+// Thread safety: none; the Coordinator's lock guards it (as leveldb's
+// VersionSet is guarded by DBImpl's mutex).
+#ifndef FULCRUM_SERVER_COORDINATOR_MEMBER_REGISTRY_H_
+#define FULCRUM_SERVER_COORDINATOR_MEMBER_REGISTRY_H_
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "fulcrum/v1/coordinator.pb.h"
+#include "fulcrum/v1/coordinator_state.pb.h"
+#include "server/coordinator/placement.h"
+
+namespace fulcrum {
+
+struct WorkerMember {
+  std::string id, hostname, device;
+  std::string job_id;      // the job it trains, or was offered
+  int64_t generation = 0;  // of job_id, as last reported
+  absl::Time last_heartbeat;
+  v1::Progress progress;
+  // Offered a place in running job job_id, loading its data (not a member
+  // yet) until prepare_until.
+  bool preparing = false;
+  absl::Time prepare_until;
+  std::set<std::string> declined;  // jobs whose data it could not load
+};
+
+struct ShardMember {
+  std::string id, address;
+  absl::Time last_heartbeat;
+};
+
+class MemberRegistry {
+ public:
+  static constexpr int64_t kIdBlock = 64;  // ids reserved per persisted record
+
+  // Ids: "w-N" and "s-N". *persist is set when the reserved block ran out:
+  // the caller records FillCounters() durably before using the id.
+  std::string NewId(const std::string& prefix, bool* persist);
+  // The counters as persisted (members: past every id reserved).
+  void FillCounters(v1::IdCounters* out) const;
+  // After a restart: ids below the persisted counter were issued before.
+  void Restore(const v1::IdCounters& counters, bool recovered);
+
+  WorkerMember& AddWorker(const v1::RegisterWorkerRequest& r, absl::Time now,
+                          bool* persist);
+  ShardMember& AddShard(const std::string& address, absl::Time now,
+                        bool* persist);
+  WorkerMember* FindWorker(const std::string& id);
+  const WorkerMember* FindWorker(const std::string& id) const;
+  ShardMember* FindShard(const std::string& id);
+  ShardMember* ShardAt(const std::string& address);
+  const std::map<std::string, WorkerMember>& workers() const {
+    return workers_;
+  }
+  const std::map<std::string, ShardMember>& shards() const { return shards_; }
+  std::vector<std::string> IdleWorkers() const;
+
+  // A member this coordinator issued before it restarted, not gone since:
+  // heard from again, it is taken back.
+  bool Adoptable(const std::string& id, const std::string& prefix) const;
+  WorkerMember& AdoptWorker(const std::string& id, const std::string& hostname,
+                            const std::string& device);
+  ShardMember& AdoptShard(const std::string& id, const std::string& address);
+
+  // Members whose lease ran out by `now`, removed (and never adopted).
+  struct Expired {
+    std::vector<WorkerMember> workers;
+    std::vector<std::string> shards;
+  };
+  Expired Expire(absl::Time now, absl::Duration lease);
+  // The member left (or restarted): removed, never adopted.
+  void RemoveWorker(const std::string& id);
+  bool RemoveShard(const std::string& id);
+
+  // The shards as placement candidates, with `load` jobs each (by id).
+  std::vector<ShardCandidate> Candidates(
+      const std::map<std::string, int>& load) const;
+  std::vector<v1::Member> List(absl::Time now) const;
+
+ private:
+  int64_t next_ = 1;      // the next id's number
+  int64_t reserved_ = 0;  // ids below this are persisted as issued
+  bool recovered_ = false;
+  std::map<std::string, WorkerMember> workers_;
+  std::map<std::string, ShardMember> shards_;
+  std::set<std::string> gone_;  // expired or left since the restart
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_COORDINATOR_MEMBER_REGISTRY_H_

@@ -1,0 +1,32 @@
+#include "server/coordinator/placement.h"
+
+#include <algorithm>
+
+namespace fulcrum {
+
+std::vector<std::string> PlaceShards(std::vector<ShardCandidate> candidates,
+                                     int count) {
+  if (static_cast<int>(candidates.size()) < count) return {};
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const ShardCandidate& a, const ShardCandidate& b) {
+                     return a.load < b.load;
+                   });
+  std::vector<std::string> ids;
+  for (int i = 0; i < count; ++i) ids.push_back(candidates[i].id);
+  return ids;
+}
+
+std::optional<ShardCandidate> ReplacementShard(
+    const std::vector<ShardCandidate>& candidates,
+    const std::string& lost_address, const std::vector<std::string>& excluded) {
+  std::optional<ShardCandidate> best;
+  for (const ShardCandidate& c : candidates) {
+    if (std::find(excluded.begin(), excluded.end(), c.id) != excluded.end())
+      continue;
+    if (c.address == lost_address) return c;
+    if (!best.has_value() || c.load < best->load) best = c;
+  }
+  return best;
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,90 @@
+// Apply on arrival, for ssp(s > 0) and async (see aggregator.h).
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/ps/aggregator.h"
+
+namespace fulcrum {
+namespace {
+
+class ArrivalAggregator : public Aggregator {
+ public:
+  explicit ArrivalAggregator(Context context) : ctx_(std::move(context)) {}
+
+  void Init(PartitionState& p, int members) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    p.arrivals.member_step.assign(members, 0);
+    ResetStep(p, members);
+  }
+
+  absl::StatusOr<PushOutcome> Push(PartitionState& p, int member,
+                                   const PushChunk& c) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PartitionState::Arrivals& a = p.arrivals;
+    const int64_t expected = a.member_step[member];
+    if (c.step < expected) return PushOutcome::kAlreadyComplete;  // a retry
+    if (c.step > expected) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("push.step ", c.step, " is ahead of this worker's step ",
+                       expected, " on partition ", c.partition));
+    }
+    const int64_t chunk = c.samples == 0 ? 0 : c.offset / ctx_.chunk_elems;
+    absl::StatusOr<PushTracker::Arrival> arrival =
+        p.tracker.Record(member, chunk, c.samples);
+    if (!arrival.ok()) return arrival.status();
+    if (*arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
+    float* staged = a.staging.data() + member * p.meta.size;
+    if (c.samples > 0) std::memcpy(staged + c.offset, c.data, c.bytes);
+    if (!p.tracker.Complete(member)) return PushOutcome::kPartial;
+    if (c.samples > 0) {
+      // The member's whole gradient is here: apply it now, weighted so that
+      // one step of every member moves as far as one synchronous step.
+      const float scale = static_cast<float>(c.samples) /
+                          static_cast<float>(ctx_.batch_size *
+                                             ctx_.clocks->ActiveMembers());
+      ApplyUpdate(ctx_.optimizer, c.step, p.updates++, staged,
+                  p.params.data(), p.state.data(), p.meta.size, scale);
+      ++p.version;
+      if (p.tracks_ledger) p.ledger.Add(c.range);
+    }
+    p.tracker.ClearMember(member);
+    ++a.member_step[member];
+    p.changed.SignalAll();
+    return PushOutcome::kCompleted;
+  }
+
+  void ResetStep(PartitionState& p, int members) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PartitionState::Arrivals& a = p.arrivals;
+    a.staging.assign(members * p.meta.size, 0.0f);
+    a.member_step.resize(members, a.member_step.empty() ? 0 : a.member_step[0]);
+    p.tracker.Reset(members, p.num_chunks);
+  }
+
+  void Restored(PartitionState& p) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    p.stop = false;
+    ResetStep(p, p.tracker.members());
+  }
+
+  absl::Status CheckAlign(const PartitionState&, int64_t) const override {
+    return absl::OkStatus();  // clocks, not versions, are aligned
+  }
+
+  void Align(PartitionState& p, int64_t to, int members) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    p.arrivals.member_step.assign(members, to);
+  }
+
+ private:
+  const Context ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Aggregator> NewArrivalAggregator(Aggregator::Context context) {
+  return std::make_unique<ArrivalAggregator>(std::move(context));
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,311 @@
+#include "server/ps/job_shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/config/job_spec.h"
+#include "common/status/status_macros.h"
+
+namespace fulcrum {
+
+absl::Status StaleGeneration(const std::string& job_id, int64_t have,
+                             int64_t want) {
+  return absl::AbortedError(absl::StrCat("generation ", have,
+                                         " is stale: job ", job_id,
+                                         " is at generation ", want,
+                                         "; re-join"));
+}
+
+absl::Status CheckMembers(const std::vector<std::string>& workers) {
+  if (workers.empty())
+    return absl::InvalidArgumentError("workers must not be empty");
+  if (std::set<std::string>(workers.begin(), workers.end()).size() !=
+      workers.size()) {
+    return absl::InvalidArgumentError("workers must be unique");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// ssp(0) runs as sync: a read at clock c that must include every member's
+// step c-1 is the BSP barrier, and applying on arrival would only let some
+// readers also see other members' step-c updates.
+JobShard::Mode ModeOf(const v1::ConsistencySpec& c) {
+  if (c.mode() == "async") return JobShard::Mode::kAsync;
+  if (c.mode() == "ssp" && c.staleness() > 0) return JobShard::Mode::kSsp;
+  return JobShard::Mode::kSync;
+}
+
+absl::Status CheckInit(const JobInit& init) {
+  if (init.job_id.empty())
+    return absl::InvalidArgumentError("job_id must not be empty");
+  RETURN_IF_ERROR(ValidateJobSpec(init.spec));
+  if (init.num_shards != init.spec.shards()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_shards ", init.num_shards,
+                     " does not match spec.shards ", init.spec.shards()));
+  }
+  if (init.shard_index < 0 || init.shard_index >= init.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_index must be in [0, ", init.num_shards, "), got ",
+                     init.shard_index));
+  }
+  if (init.generation < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation must be >= 1, got ", init.generation));
+  }
+  if (init.env == nullptr) return absl::InvalidArgumentError("env is null");
+  return CheckMembers(init.workers);
+}
+
+}  // namespace
+
+JobShard::JobShard(JobInit init, ParameterLayout layout)
+    : init_(std::move(init)),
+      layout_(std::move(layout)),
+      optimizer_(OptimizerConfig::FromSpec(init_.spec.optimizer())),
+      chunk_elems_(init_.spec.chunk_bytes() / 4),
+      mode_(ModeOf(init_.spec.consistency())),
+      generation_(init_.generation),
+      workers_(init_.workers),
+      clocks_(static_cast<int>(init_.workers.size()),
+              static_cast<int>(
+                  layout_.PartitionsOfShard(init_.shard_index).size()),
+              init_.generation) {}
+
+JobShard::~JobShard() = default;
+
+int64_t JobShard::read_bound() const {
+  switch (mode_) {
+    case Mode::kSync:
+      return 0;
+    case Mode::kSsp:
+      return init_.spec.consistency().staleness();
+    case Mode::kAsync:
+      return -1;
+  }
+  return 0;
+}
+
+absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
+    const JobInit& init) {
+  RETURN_IF_ERROR(CheckInit(init));
+  const auto& layers = init.spec.model().layers();
+  ASSIGN_OR_RETURN(
+      ParameterLayout layout,
+      ParameterLayout::ForMlp(std::vector<int>(layers.begin(), layers.end()),
+                              init.num_shards, init.spec.partition_bytes()));
+  std::unique_ptr<JobShard> job(new JobShard(init, std::move(layout)));
+  const std::vector<int32_t> ids =
+      job->layout_.PartitionsOfShard(init.shard_index);
+  const v1::CheckpointSpec& ck = init.spec.checkpoint();
+  if (ck.every_steps() > 0 && !ids.empty()) {
+    job->checkpointer_ = std::make_unique<CheckpointWriter>(
+        CheckpointWriter::Options{ck.dir(), init.job_id, init.shard_index,
+                                  static_cast<int>(ids.size()), ck.keep(),
+                                  init.on_checkpoint, init.env});
+  }
+  Aggregator::Context context{init.job_id,
+                              job->optimizer_,
+                              job->chunk_elems_,
+                              init.spec.batch_size(),
+                              init.env,
+                              job->checkpointer_.get(),
+                              ck.every_steps(),
+                              &job->clocks_};
+  job->aggregator_ = job->mode_ == Mode::kSync
+                         ? NewSyncAggregator(std::move(context))
+                         : NewArrivalAggregator(std::move(context));
+  const int members = static_cast<int>(init.workers.size());
+  job->slots_.resize(job->layout_.partitions().size());
+  for (int32_t id : ids) {
+    auto p = std::make_unique<PartitionState>();
+    p->meta = job->layout_.partitions()[id];
+    p->num_chunks = (p->meta.size + job->chunk_elems_ - 1) / job->chunk_elems_;
+    p->tracks_ledger = id == 0;
+    absl::MutexLock lock(&p->mu);
+    p->params.resize(p->meta.size);
+    InitializeParameters(job->layout_, init.spec.seed(), p->meta.offset,
+                         p->meta.offset + p->meta.size, p->params.data());
+    p->state.assign(p->meta.size * job->optimizer_.StateSlots(), 0.0f);
+    p->generation = init.generation;
+    job->aggregator_->Init(*p, members);
+    job->ids_.push_back(id);
+    job->slots_[id] = std::move(p);
+  }
+  return job;
+}
+
+absl::StatusOr<int> JobShard::MemberIndex(const std::string& worker_id,
+                                          int64_t generation) const {
+  absl::MutexLock lock(&members_mu_);
+  if (generation < generation_)
+    return StaleGeneration(init_.job_id, generation, generation_);
+  if (generation > generation_ || !serving_) {
+    return absl::UnavailableError(absl::StrCat(
+        "job ", init_.job_id, " is being reconfigured to generation ",
+        generation, " on this shard; retry"));
+  }
+  auto it = std::find(workers_.begin(), workers_.end(), worker_id);
+  if (it == workers_.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker '", worker_id, "' is not a member of job ",
+                     init_.job_id, " generation ", generation));
+  }
+  return static_cast<int>(it - workers_.begin());
+}
+
+int64_t JobShard::generation() const {
+  absl::MutexLock lock(&members_mu_);
+  return generation_;
+}
+
+std::vector<std::string> JobShard::workers() const {
+  absl::MutexLock lock(&members_mu_);
+  return workers_;
+}
+
+PartitionState* JobShard::Find(int32_t partition) const {
+  if (partition < 0 || partition >= static_cast<int32_t>(slots_.size()))
+    return nullptr;
+  return slots_[partition].get();
+}
+
+int64_t JobShard::PartitionSize(int32_t partition) const {
+  const PartitionState* p = Find(partition);
+  return p == nullptr ? -1 : p->meta.size;
+}
+
+absl::StatusOr<PushOutcome> JobShard::Push(int member, const PushChunk& c) {
+  PartitionState* p = Find(c.partition);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push.partition ", c.partition, " is not held by shard ",
+                     init_.shard_index, " of job ", init_.job_id));
+  }
+  RETURN_IF_ERROR(ValidatePush(p->meta, chunk_elems_, c));
+  absl::StatusOr<PushOutcome> outcome;
+  {
+    absl::MutexLock lock(&p->mu);
+    if (p->ended)
+      return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
+    if (c.generation != p->generation)
+      return StaleGeneration(init_.job_id, c.generation, p->generation);
+    outcome = aggregator_->Push(*p, member, c);
+  }
+  if (!outcome.ok()) return outcome;
+  if (c.stop && mode_ != Mode::kSync) stop_requested_ = true;
+  if (*outcome == PushOutcome::kCompleted &&
+      clocks_.PartitionDone(member, c.step, c.generation) &&
+      mode_ != Mode::kSync) {
+    MaybeCheckpointByClock();
+  }
+  return outcome;
+}
+
+void JobShard::MaybeCheckpointByClock() {
+  if (checkpointer_ == nullptr) return;
+  const int64_t every = init_.spec.checkpoint().every_steps();
+  const int64_t clock = clocks_.MinClock();
+  if (clock == INT64_MAX || clock < every) return;
+  const int64_t step = clock / every * every;
+  absl::MutexLock serial(&clock_checkpoint_mu_);
+  if (step <= clock_checkpoint_) return;
+  clock_checkpoint_ = step;
+  for (int32_t id : ids_) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    checkpointer_->Add(step, id, SaveLocked(p, optimizer_.StateSlots()));
+  }
+}
+
+absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
+                                      int64_t generation, absl::Time deadline,
+                                      const std::function<bool()>& cancelled) {
+  PartitionState* p = Find(partition);
+  if (p == nullptr)
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " not held here"));
+  absl::MutexLock lock(&p->mu);
+  while (p->version < version && !p->ended && p->generation == generation) {
+    if (cancelled && cancelled())
+      return absl::CancelledError("stream cancelled");
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("partition ", partition, " still at version ",
+                       p->version, ", waiting for ", version));
+    }
+    p->changed.WaitWithDeadline(
+        &p->mu, std::min(deadline, now + absl::Milliseconds(100)));
+  }
+  if (p->generation != generation)
+    return StaleGeneration(init_.job_id, generation, p->generation);
+  if (p->version < version)
+    return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
+  return absl::OkStatus();
+}
+
+absl::Status JobShard::Read(int32_t partition, int64_t offset, int64_t n,
+                            float* out, int64_t* version, bool* stop) {
+  PartitionState* p = Find(partition);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " is not held by shard ",
+                     init_.shard_index, " of job ", init_.job_id));
+  }
+  if (offset < 0 || n < 0 || offset + n > p->meta.size) {
+    return absl::OutOfRangeError(
+        absl::StrCat("range [", offset, ", ", offset + n,
+                     ") outside partition ", partition));
+  }
+  absl::MutexLock lock(&p->mu);
+  std::memcpy(out, p->params.data() + offset, n * sizeof(float));
+  *version = p->version;
+  *stop = p->stop || stop_requested_.load();
+  return absl::OkStatus();
+}
+
+std::vector<JobShard::Stall> JobShard::Stalls(absl::Duration threshold) const {
+  if (mode_ != Mode::kSync) return {};
+  std::vector<Stall> stalls;
+  const std::vector<std::string> names = workers();
+  const absl::Time now = init_.env->Now();
+  for (int32_t id : ids_) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    if (p.ended || now - p.barrier.first_done < threshold) continue;
+    Stall s{id, p.version, absl::ToDoubleSeconds(now - p.barrier.first_done),
+            {}};
+    for (int m = 0; m < p.tracker.members() && m < static_cast<int>(names.size());
+         ++m) {
+      if (!p.tracker.Complete(m)) s.waiting_for.push_back(names[m]);
+    }
+    stalls.push_back(std::move(s));
+  }
+  return stalls;
+}
+
+bool JobShard::Ledger(fulcrum::Ledger* out) const {
+  PartitionState* p = Find(0);
+  if (p == nullptr || !p->tracks_ledger) return false;
+  absl::MutexLock lock(&p->mu);
+  *out = p->ledger.entries();
+  return true;
+}
+
+void JobShard::End() {
+  ended_ = true;
+  clocks_.End();
+  for (auto& p : slots_) {
+    if (p == nullptr) continue;
+    absl::MutexLock lock(&p->mu);
+    p->ended = true;
+    p->changed.SignalAll();
+  }
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,216 @@
+// One job's partitions on one shard: membership by generation, pushes
+// through the job's aggregation algorithm (aggregator.h), versioned reads,
+// reconfiguration for membership changes and recovery, and checkpoints. No
+// gRPC types: service.cc and the in-process channel drive it through
+// WorkerStream (worker_stream.h).
+//
+// Consistency (architecture: Consistency): sync and ssp(0) run the barrier
+// (version v = steps applied); ssp(s > 0) and async apply on arrival and
+// bound reads with the ClockTable (clocks.h): ssp waits until every member
+// still training is within s clocks, async never waits.
+//
+// Locks, in the order they may be taken: reconfigure_mu_ (one Reconfigure
+// at a time), then members_mu_, then a partition's mu (several partitions
+// are never locked at once), then the ClockTable's, then the
+// CheckpointWriter's. Pushes take only their partition's lock (and the
+// clocks' after it), so pushes to different partitions run in parallel.
+//
+// Thread safety: every public method is safe to call concurrently.
+#ifndef FULCRUM_SERVER_PS_JOB_SHARD_H_
+#define FULCRUM_SERVER_PS_JOB_SHARD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/env/env.h"
+#include "common/tensor/layout.h"
+#include "fulcrum/v1/job.pb.h"
+#include "server/ps/aggregator.h"
+#include "server/ps/checkpoint.h"
+#include "server/ps/clocks.h"
+#include "server/ps/data_ledger.h"
+#include "server/ps/partition_state.h"
+#include "server/ps/push_tracker.h"
+
+namespace fulcrum {
+
+struct JobInit {
+  std::string job_id;
+  v1::JobSpec spec;  // validated, defaults applied
+  int shard_index = 0;
+  int num_shards = 1;
+  int64_t generation = 1;
+  std::vector<std::string> workers;
+  // Called after each checkpoint write attempt (not part of the job's
+  // identity: InitJob ignores it when comparing). May be null.
+  std::function<void(int64_t step, double seconds, const absl::Status& status)>
+      on_checkpoint;
+  Env* env = Env::Default();  // Not owned: clock and checkpoint files.
+};
+
+// Reconfigure phase 1's answer.
+struct Adopted {
+  // sync: the lowest partition version here; ssp/async: the lowest clock
+  // (the restored step when restoring).
+  int64_t min_version = 0;
+  std::vector<int64_t> checkpoint_steps;  // this shard's files on disk
+};
+
+// Reconfigure phase 2's answer.
+struct Aligned {
+  bool has_ledger = false;  // partition 0 is held here
+  Ledger ledger;
+};
+
+class JobShard {
+ public:
+  enum class Mode { kSync, kSsp, kAsync };
+
+  static absl::StatusOr<std::unique_ptr<JobShard>> Create(const JobInit& init);
+  ~JobShard();
+
+  const JobInit& init() const { return init_; }
+  const ParameterLayout& layout() const { return layout_; }
+  // Partition ids held here, ascending.
+  const std::vector<int32_t>& partition_ids() const { return ids_; }
+  int64_t chunk_elems() const { return chunk_elems_; }
+  Mode mode() const { return mode_; }
+  // The read bound for ClockTable::WaitForRead: 0 (sync), s (ssp), -1 (async).
+  int64_t read_bound() const;
+  ClockTable& clocks() { return clocks_; }
+
+  // Index of `worker_id` among the generation's members: PERMISSION_DENIED
+  // if not a member, ABORTED on an older generation, UNAVAILABLE (retry) on
+  // a newer one or while a reconfiguration is between its phases.
+  absl::StatusOr<int> MemberIndex(const std::string& worker_id,
+                                  int64_t generation) const;
+  int64_t generation() const;
+  std::vector<std::string> workers() const;
+
+  // Applies one chunk from member `member` of chunk.generation. Repeats are
+  // acknowledged and never applied twice. A rejected push (INVALID_ARGUMENT,
+  // FAILED_PRECONDITION, ABORTED for an older generation or an ended job)
+  // changes nothing.
+  absl::StatusOr<PushOutcome> Push(int member, const PushChunk& chunk);
+
+  // Blocks until `partition` reaches `version`, the job ends or `generation`
+  // is replaced (ABORTED), `cancelled()` turns true (CANCELLED) or
+  // `deadline` passes (DEADLINE_EXCEEDED).
+  absl::Status WaitForVersion(int32_t partition, int64_t version,
+                              int64_t generation, absl::Time deadline,
+                              const std::function<bool()>& cancelled);
+
+  // Copies elements [offset, offset + n) of `partition` with its version and
+  // whether a worker asked to stop at that version.
+  absl::Status Read(int32_t partition, int64_t offset, int64_t n, float* out,
+                    int64_t* version, bool* stop);
+  // Partition size in elements, or -1 when not held here.
+  int64_t PartitionSize(int32_t partition) const;
+
+  // Membership change or recovery (see ParameterServer.Reconfigure).
+  // Phase 1: adopts `generation` and `workers` (waits, pushes and hellos of
+  // older generations end with ABORTED), drops half-aggregated steps, first
+  // restoring this shard's checkpoint of `restore_step` (0: the initial
+  // parameters) if given. FAILED_PRECONDITION when the generation is older
+  // than the shard's; NOT_FOUND or DATA_LOSS when the checkpoint is missing
+  // or corrupt; nothing changes on an error.
+  absl::StatusOr<Adopted> Adopt(int64_t generation,
+                                const std::vector<std::string>& workers,
+                                std::optional<int64_t> restore_step);
+  // Phase 2: brings every partition to version `to` (sync: undoing at most
+  // one step), resets the clocks to it and serves the generation.
+  // FAILED_PRECONDITION when `generation` is not the adopted one or a
+  // partition cannot be aligned (nothing changes then).
+  absl::StatusOr<Aligned> Align(int64_t generation,
+                                const std::vector<std::string>& workers,
+                                int64_t to);
+
+  // The partition's whole state (partition_format.h) taken under its lock.
+  absl::StatusOr<std::string> SavePartition(int32_t partition) const;
+  // Replaces the partition's state with a SavePartition blob of the same
+  // layout and optimizer and drops any half-aggregated step.
+  // INVALID_ARGUMENT or DATA_LOSS on a mismatched or truncated blob, which
+  // changes nothing.
+  absl::Status RestorePartition(int32_t partition, std::string_view blob);
+
+  // The newest step whose checkpoint this shard wrote, or -1.
+  int64_t LastCheckpoint() const;
+  // Steps with a checkpoint file of this shard on disk, ascending.
+  std::vector<int64_t> CheckpointSteps() const;
+  // Blocks until every checkpoint handed to the writer so far is written
+  // (tests: "nothing more was written" without sleeping).
+  void FlushCheckpoints();
+  // The data ledger, if partition 0 is held here.
+  bool Ledger(fulcrum::Ledger* out) const;
+
+  // Stall inspector (sync): partitions whose current step has been waiting
+  // longer than `threshold` since the first worker finished pushing it (by
+  // the Env's clock), and the workers it still waits for.
+  struct Stall {
+    int32_t partition;
+    int64_t step;
+    double waited_seconds;
+    std::vector<std::string> waiting_for;
+  };
+  std::vector<Stall> Stalls(absl::Duration threshold) const;
+
+  // Wakes every waiter with ABORTED; later pushes fail; reads still work.
+  void End();
+  bool ended() const { return ended_.load(); }
+
+ private:
+  JobShard(JobInit init, ParameterLayout layout);
+  PartitionState* Find(int32_t partition) const;
+  // Loads this shard's checkpoint of `step` into every partition (0: the
+  // initial parameters). All or nothing.
+  absl::Status RestoreCheckpoint(int64_t step);
+  absl::Status RestoreInitial();
+  // ssp/async: checkpoint N is taken once every member's clock reached N (a
+  // multiple of every_steps): each partition as it is then. Partitions are
+  // not a consistent cut across each other (nor are ssp/async reads).
+  void MaybeCheckpointByClock();
+
+  const JobInit init_;
+  const ParameterLayout layout_;
+  const OptimizerConfig optimizer_;
+  const int64_t chunk_elems_;
+  const Mode mode_;
+  std::vector<int32_t> ids_;
+  std::vector<std::unique_ptr<PartitionState>>
+      slots_;  // by partition id; null if not here
+  std::atomic<bool> ended_{false};
+  absl::Mutex reconfigure_mu_;
+  mutable absl::Mutex members_mu_;
+  int64_t generation_ ABSL_GUARDED_BY(members_mu_);
+  std::vector<std::string> workers_ ABSL_GUARDED_BY(members_mu_);
+  bool serving_ ABSL_GUARDED_BY(members_mu_) = true;
+  ClockTable clocks_;
+  // ssp/async: a worker asked to stop.
+  std::atomic<bool> stop_requested_{false};
+  // ssp/async: the newest clock checkpointed (or restored / aligned to).
+  absl::Mutex clock_checkpoint_mu_;
+  int64_t clock_checkpoint_ ABSL_GUARDED_BY(clock_checkpoint_mu_) = 0;
+  std::unique_ptr<CheckpointWriter> checkpointer_;
+  // After checkpointer_: destroyed first, it points to it.
+  std::unique_ptr<Aggregator> aggregator_;
+};
+
+// INVALID_ARGUMENT unless `workers` is non-empty with no repeats.
+absl::Status CheckMembers(const std::vector<std::string>& workers);
+// ABORTED: `have` is older than the job's generation `want`; re-join.
+absl::Status StaleGeneration(const std::string& job_id, int64_t have,
+                             int64_t want);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_JOB_SHARD_H_

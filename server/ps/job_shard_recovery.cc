@@ -1,0 +1,218 @@
+// JobShard's reconfiguration (membership changes and recovery), saved
+// partitions and checkpoints.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "server/ps/job_shard.h"
+#include "server/ps/partition_format.h"
+
+namespace fulcrum {
+
+absl::StatusOr<Adopted> JobShard::Adopt(
+    int64_t generation, const std::vector<std::string>& workers,
+    std::optional<int64_t> restore_step) {
+  absl::MutexLock serial(&reconfigure_mu_);
+  if (ended_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", init_.job_id, " has ended"));
+  }
+  RETURN_IF_ERROR(CheckMembers(workers));
+  {
+    absl::MutexLock lock(&members_mu_);
+    if (generation < generation_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "generation ", generation, " does not follow job ", init_.job_id,
+          "'s generation ", generation_, " on this shard"));
+    }
+  }
+  if (restore_step.has_value()) RETURN_IF_ERROR(RestoreCheckpoint(*restore_step));
+  {
+    absl::MutexLock lock(&members_mu_);
+    generation_ = generation;
+    workers_ = workers;
+    serving_ = false;
+  }
+  const int members = static_cast<int>(workers.size());
+  int64_t lo = INT64_MAX;
+  for (int32_t id : ids_) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    p.generation = generation;
+    aggregator_->ResetStep(p, members);
+    lo = std::min(lo, p.version);
+    p.changed.SignalAll();
+  }
+  if (mode_ != Mode::kSync) {  // clocks, not update counts
+    if (restore_step.has_value()) {
+      lo = *restore_step;  // every member resumes at the checkpoint
+    } else {
+      lo = clocks_.MinClock();
+      if (lo == INT64_MAX) lo = clocks_.MaxClock();  // every member finished
+    }
+  }
+  clocks_.Reset(members, 0, generation);
+  Adopted adopted;
+  adopted.min_version = lo == INT64_MAX ? 0 : lo;
+  adopted.checkpoint_steps = CheckpointSteps();
+  return adopted;
+}
+
+absl::StatusOr<Aligned> JobShard::Align(
+    int64_t generation, const std::vector<std::string>& workers, int64_t to) {
+  absl::MutexLock serial(&reconfigure_mu_);
+  if (ended_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", init_.job_id, " has ended"));
+  }
+  RETURN_IF_ERROR(CheckMembers(workers));
+  {
+    absl::MutexLock lock(&members_mu_);
+    if (generation != generation_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "generation ", generation, " is not job ", init_.job_id,
+          "'s adopted generation ", generation_, " on this shard"));
+    }
+  }
+  if (to < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("align_version must be >= 0, got ", to));
+  }
+  for (int32_t id : ids_) {  // all or nothing
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    RETURN_IF_ERROR(aggregator_->CheckAlign(p, to));
+  }
+  const int members = static_cast<int>(workers.size());
+  Aligned aligned;
+  for (int32_t id : ids_) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    aggregator_->Align(p, to, members);
+    if (p.tracks_ledger) {
+      aligned.has_ledger = true;
+      aligned.ledger = p.ledger.entries();
+    }
+  }
+  if (checkpointer_ != nullptr) checkpointer_->DropAfter(to);
+  clocks_.Reset(members, to, generation);
+  if (mode_ != Mode::kSync) {
+    absl::MutexLock lock(&clock_checkpoint_mu_);
+    clock_checkpoint_ = to;
+  }
+  absl::MutexLock lock(&members_mu_);
+  serving_ = true;
+  return aligned;
+}
+
+absl::StatusOr<std::string> JobShard::SavePartition(int32_t partition) const {
+  PartitionState* p = Find(partition);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " is not held by this shard"));
+  }
+  absl::MutexLock lock(&p->mu);
+  return SaveLocked(*p, optimizer_.StateSlots());
+}
+
+namespace {
+
+// Replaces p's state with a decoded blob. REQUIRES: p.mu held.
+void Install(PartitionState& p, const DecodedPartition& d,
+             const Aggregator& aggregator) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::memcpy(p.params.data(), d.values, p.params.size() * sizeof(float));
+  std::memcpy(p.state.data(), d.state, p.state.size() * sizeof(float));
+  p.version = d.version;
+  p.updates = d.updates;
+  p.ledger.Reset(d.ledger);
+  aggregator.Restored(p);
+  p.changed.SignalAll();
+}
+
+}  // namespace
+
+absl::Status JobShard::RestorePartition(int32_t partition,
+                                        std::string_view blob) {
+  PartitionState* p = Find(partition);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " is not held by this shard"));
+  }
+  absl::MutexLock lock(&p->mu);
+  ASSIGN_OR_RETURN(DecodedPartition d,
+                   DecodePartition(blob, partition, p->meta.size,
+                                   optimizer_.StateSlots()));
+  Install(*p, d, *aggregator_);
+  return absl::OkStatus();
+}
+
+absl::Status JobShard::RestoreInitial() {
+  for (int32_t id : ids_) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    InitializeParameters(layout_, init_.spec.seed(), p.meta.offset,
+                         p.meta.offset + p.meta.size, p.params.data());
+    std::fill(p.state.begin(), p.state.end(), 0.0f);
+    p.version = 0;
+    p.updates = 0;
+    p.ledger.Reset({});
+    aggregator_->Restored(p);
+  }
+  if (checkpointer_ != nullptr) checkpointer_->DropAfter(0);
+  return absl::OkStatus();
+}
+
+absl::Status JobShard::RestoreCheckpoint(int64_t step) {
+  if (step < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("restore_step must be >= 0, got ", step));
+  if (step == 0) return RestoreInitial();
+  const std::string path = CheckpointPath(init_.spec.checkpoint().dir(),
+                                          init_.job_id, step, init_.shard_index);
+  ASSIGN_OR_RETURN(CheckpointFile file, ReadCheckpoint(init_.env, path));
+  if (file.job_id != init_.job_id || file.step != step ||
+      file.shard != init_.shard_index ||
+      file.partitions.size() != ids_.size()) {
+    return absl::DataLossError(absl::StrCat(
+        path, " holds job ", file.job_id, " step ", file.step, " shard ",
+        file.shard, " with ", file.partitions.size(), " partitions; expected ",
+        init_.job_id, " step ", step, " shard ", init_.shard_index, " with ",
+        ids_.size()));
+  }
+  // Decode every blob before changing anything: all or nothing.
+  std::vector<std::pair<PartitionState*, DecodedPartition>> decoded;
+  for (const auto& [id, blob] : file.partitions) {
+    PartitionState* p = Find(id);
+    if (p == nullptr)
+      return absl::DataLossError(
+          absl::StrCat(path, " holds partition ", id, ", not held here"));
+    absl::StatusOr<DecodedPartition> d =
+        DecodePartition(blob, id, p->meta.size, optimizer_.StateSlots());
+    if (!d.ok())
+      return absl::DataLossError(absl::StrCat(path, ": ", d.status().message()));
+    decoded.emplace_back(p, std::move(*d));
+  }
+  for (auto& [p, d] : decoded) {
+    absl::MutexLock lock(&p->mu);
+    Install(*p, d, *aggregator_);
+  }
+  if (checkpointer_ != nullptr) checkpointer_->DropAfter(step);
+  return absl::OkStatus();
+}
+
+int64_t JobShard::LastCheckpoint() const {
+  return checkpointer_ == nullptr ? -1 : checkpointer_->last_written();
+}
+
+std::vector<int64_t> JobShard::CheckpointSteps() const {
+  if (checkpointer_ == nullptr) return {};
+  return ListCheckpointSteps(init_.env, init_.spec.checkpoint().dir(),
+                             init_.job_id, init_.shard_index);
+}
+
+void JobShard::FlushCheckpoints() {
+  if (checkpointer_ != nullptr) checkpointer_->Flush();
+}
+
+}  // namespace fulcrum

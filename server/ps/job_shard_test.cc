@@ -1,0 +1,259 @@
+// JobShard: aggregation, idempotency, reads, the stall inspector, and
+// ParameterShard.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "common/config/job_spec.h"
+#include "gtest/gtest.h"
+#include "common/testing/fault_injection_env.h"
+#include "server/ps/checkpoint.h"
+#include "server/ps/parameter_shard.h"
+#include "server/ps/testing/test_jobs.h"
+
+namespace fulcrum {
+namespace {
+
+using testing::Chunk;
+using testing::Completed;
+using testing::MultiPartitionJob;
+using testing::PartChunk;
+using testing::ReadAll;
+using testing::ReadPartition;
+using testing::TestDir;
+using testing::TinyJob;
+TEST(ShardCoreTest, WeightedAverageOfUnevenPushes) {
+  auto job = JobShard::Create(TinyJob({"a", "b"}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ((*job)->partition_ids().size(), 1u);
+  std::vector<float> w0 = ReadAll(**job);
+  std::vector<float> ga(10, 1.0f), gb(10, 4.0f);
+  // Worker a: 3 samples with mean gradient 1; worker b: 1 sample with 4.
+  auto r = (*job)->Push(0, Chunk(0, ga, 3));
+  ASSERT_TRUE(r.ok() && *r == PushOutcome::kCompleted);
+  int64_t version;
+  EXPECT_EQ(ReadAll(**job, &version), w0);  // not applied before b pushes
+  EXPECT_EQ(version, 0);
+  r = (*job)->Push(1, Chunk(0, gb, 1));
+  ASSERT_TRUE(r.ok() && *r == PushOutcome::kCompleted);
+  std::vector<float> w1 = ReadAll(**job, &version);
+  EXPECT_EQ(version, 1);
+  // mean = (3*1 + 1*4) / 4 = 1.75; w1 = w0 - 0.5 * 1.75
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.875f) << i;
+}
+
+TEST(ShardCoreTest, EmptyPushWithZeroSamplesDoesNotBlockOrWeigh) {
+  auto job = JobShard::Create(TinyJob({"a", "b"}));
+  ASSERT_TRUE(job.ok());
+  std::vector<float> w0 = ReadAll(**job);
+  std::vector<float> ga(10, 2.0f);
+  ASSERT_TRUE((*job)->Push(0, Chunk(0, ga, 5)).ok());
+  PushChunk empty;
+  empty.step = 0;
+  ASSERT_TRUE((*job)->Push(1, empty).ok());
+  int64_t version;
+  std::vector<float> w1 = ReadAll(**job, &version);
+  EXPECT_EQ(version, 1);
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 1.0f);
+}
+
+TEST(ShardCoreTest, RepeatedPushIsNotAppliedTwice) {
+  auto job = JobShard::Create(TinyJob({"a", "b"}));
+  ASSERT_TRUE(job.ok());
+  std::vector<float> w0 = ReadAll(**job);
+  std::vector<float> g(10, 1.0f);
+  ASSERT_TRUE(Completed((*job)->Push(0, Chunk(0, g, 1))));
+  auto again = (*job)->Push(0, Chunk(0, g, 1));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, PushOutcome::kAlreadyComplete);
+  ASSERT_TRUE(Completed((*job)->Push(1, Chunk(0, g, 1))));
+  // A retry of step 0 after it was applied is acknowledged and ignored.
+  auto late = (*job)->Push(1, Chunk(0, g, 1));
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(*late, PushOutcome::kAlreadyComplete);
+  std::vector<float> w1 = ReadAll(**job);
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f);
+}
+
+TEST(ShardCoreTest, AStepCarryingAStopAppliesNothing) {
+  auto job = JobShard::Create(TinyJob({"a", "b"}));
+  ASSERT_TRUE(job.ok());
+  std::vector<float> g(10, 1.0f);
+  ASSERT_TRUE(Completed((*job)->Push(0, Chunk(0, g, 1))));
+  ASSERT_TRUE(Completed((*job)->Push(1, Chunk(0, g, 1))));
+  int64_t version;
+  const std::vector<float> w1 = ReadAll(**job, &version);
+  PushChunk stop = Chunk(1, g, 1);
+  stop.stop = true;
+  ASSERT_TRUE(Completed((*job)->Push(0, stop)));
+  ASSERT_TRUE(Completed((*job)->Push(1, Chunk(1, g, 1))));
+  // Version 2 is final and equals version 1: what rank 0 evaluated.
+  std::vector<float> w2(10);
+  bool stopped = false;
+  ASSERT_TRUE((*job)->Read(0, 0, 10, w2.data(), &version, &stopped).ok());
+  EXPECT_EQ(version, 2);
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(w2, w1);
+}
+
+TEST(ShardCoreTest, MomentumAcrossSteps) {
+  auto job = JobShard::Create(TinyJob({"a"}, "momentum"));
+  ASSERT_TRUE(job.ok());
+  std::vector<float> w0 = ReadAll(**job);
+  std::vector<float> g(10, 1.0f);
+  ASSERT_TRUE(Completed((*job)->Push(0, Chunk(0, g, 2))));
+  ASSERT_TRUE(Completed((*job)->Push(0, Chunk(1, g, 2))));
+  // v1 = 1, w1 = w0 - 0.5; v2 = 0.9 + 1 = 1.9, w2 = w1 - 0.95
+  std::vector<float> w2 = ReadAll(**job);
+  for (int i = 0; i < 10; ++i) EXPECT_NEAR(w2[i], w0[i] - 1.45f, 1e-6);
+}
+
+TEST(ShardCoreTest, RejectsBadPushesWithoutChangingState) {
+  auto job = JobShard::Create(TinyJob({"a", "b"}));
+  ASSERT_TRUE(job.ok());
+  std::vector<float> w0 = ReadAll(**job);
+  std::vector<float> g(10, 1.0f);
+  PushChunk c = Chunk(0, g, 1);
+  c.partition = 7;
+  auto r = (*job)->Push(0, c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("push.partition 7"), std::string::npos);
+
+  c = Chunk(0, g, 1);
+  c.bytes = 36;
+  r = (*job)->Push(0, c);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("push.data has 36 bytes, expected 40"),
+            std::string::npos);
+
+  std::vector<float> bad = g;
+  bad[3] = std::numeric_limits<float>::quiet_NaN();
+  r = (*job)->Push(0, Chunk(0, bad, 1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("element 3"), std::string::npos);
+  bad[3] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ((*job)->Push(0, Chunk(0, bad, 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  r = (*job)->Push(0, Chunk(3, g, 1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  r = (*job)->Push(0, Chunk(0, g, -1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+
+  // Nothing was accumulated: after both valid pushes the update is exactly one
+  // step.
+  ASSERT_TRUE(Completed((*job)->Push(0, Chunk(0, g, 1))));
+  ASSERT_TRUE(Completed((*job)->Push(1, Chunk(0, g, 1))));
+  std::vector<float> w1 = ReadAll(**job);
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f);
+}
+
+TEST(ShardCoreTest, StallInspectorNamesTheMissingWorkers) {
+  testing::FaultInjectionEnv env;  // its clock moves only when told
+  JobInit init = TinyJob({"a", "b", "c"});
+  init.env = &env;
+  auto job = JobShard::Create(init);
+  ASSERT_TRUE(job.ok());
+  EXPECT_TRUE((*job)->Stalls(absl::ZeroDuration()).empty())
+      << "nothing pushed yet";
+  std::vector<float> g(10, 1.0f);
+  ASSERT_TRUE(Completed((*job)->Push(1, Chunk(0, g, 1))));
+  EXPECT_TRUE((*job)->Stalls(absl::Seconds(60)).empty())
+      << "below the threshold";
+  env.Advance(absl::Seconds(59));
+  EXPECT_TRUE((*job)->Stalls(absl::Seconds(60)).empty()) << "59 s < 60 s";
+  env.Advance(absl::Seconds(2));
+  auto stalls = (*job)->Stalls(absl::Seconds(60));
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].partition, 0);
+  EXPECT_EQ(stalls[0].step, 0);
+  EXPECT_DOUBLE_EQ(stalls[0].waited_seconds, 61);
+  EXPECT_EQ(stalls[0].waiting_for, (std::vector<std::string>{"a", "c"}));
+  ASSERT_TRUE(Completed((*job)->Push(0, Chunk(0, g, 1))));
+  ASSERT_TRUE(Completed((*job)->Push(2, Chunk(0, g, 1))));
+  EXPECT_TRUE((*job)->Stalls(absl::ZeroDuration()).empty())
+      << "the step completed";
+}
+
+TEST(ShardCoreTest, WaitForVersionWakesOnUpdateAndEnd) {
+  auto job = JobShard::Create(TinyJob({"a"}));
+  ASSERT_TRUE(job.ok());
+  std::vector<float> g(10, 1.0f);
+  std::thread pusher([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE((*job)->Push(0, Chunk(0, g, 1)).ok());
+  });
+  EXPECT_TRUE(
+      (*job)
+          ->WaitForVersion(0, 1, 1, absl::Now() + absl::Seconds(10), nullptr)
+          .ok());
+  pusher.join();
+  EXPECT_EQ(
+      (*job)
+          ->WaitForVersion(0, 5, 1, absl::Now() + absl::Milliseconds(20), nullptr)
+          .code(),
+      absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*job)
+                ->WaitForVersion(0, 5, 1, absl::Now() + absl::Seconds(10),
+                                 [] { return true; })
+                .code(),
+            absl::StatusCode::kCancelled);
+  std::thread ender([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    (*job)->End();
+  });
+  EXPECT_EQ((*job)
+                ->WaitForVersion(0, 5, 1, absl::Now() + absl::Seconds(10), nullptr)
+                .code(),
+            absl::StatusCode::kAborted);
+  ender.join();
+}
+
+TEST(ParameterShardTest, InitIsIdempotentAndChecksSpec) {
+  ParameterShard shard;
+  JobInit init = TinyJob({"a"});
+  auto first = shard.InitJob(init);
+  ASSERT_TRUE(first.ok());
+  auto again = shard.InitJob(init);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(first->get(), again->get());
+  init.spec.mutable_optimizer()->set_lr(0.1);
+  EXPECT_EQ(shard.InitJob(init).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard.Find("nope").status().code(), absl::StatusCode::kNotFound);
+  JobInit bad = TinyJob({"a"});
+  bad.job_id = "job-2";
+  bad.spec.mutable_optimizer()->set_lr(-1);
+  EXPECT_EQ(shard.InitJob(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  shard.EndJob("job-1");
+  EXPECT_TRUE((*first)->ended());
+  shard.ForgetJob("job-1");
+  EXPECT_EQ(shard.Find("job-1").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ParameterShardTest, KeepsOnlyTheLastEndedJobs) {
+  ParameterShard shard;
+  const int jobs = ParameterShard::kKeepEnded + 2;
+  for (int i = 0; i < jobs; ++i) {
+    JobInit init = TinyJob({"a"});
+    init.job_id = "job-" + std::to_string(i);
+    ASSERT_TRUE(shard.InitJob(init).ok());
+    shard.EndJob(init.job_id);
+    shard.EndJob(init.job_id);  // idempotent: counted once
+  }
+  EXPECT_EQ(shard.JobIds().size(), ParameterShard::kKeepEnded);
+  EXPECT_EQ(shard.Find("job-0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(shard.Find("job-1").status().code(), absl::StatusCode::kNotFound);
+  auto last = shard.Find("job-" + std::to_string(jobs - 1));
+  ASSERT_TRUE(last.ok());
+  EXPECT_TRUE((*last)->ended());
+}
+
+}  // namespace
+}  // namespace fulcrum

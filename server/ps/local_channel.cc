@@ -1,0 +1,172 @@
+#include "server/ps/local_channel.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/ps/worker_stream.h"
+
+namespace fulcrum {
+
+struct LocalParameterChannel::Link : public ParamsWriter {
+  LocalParameterChannel* channel = nullptr;
+  int shard = 0;
+  std::thread thread;
+  struct Item {
+    int32_t id;
+    int64_t step;
+    int64_t samples;
+    const float* grads;
+    bool stop;
+    PushRange range;
+  };
+  absl::Mutex mu;
+  std::vector<Item> queue ABSL_GUARDED_BY(mu);
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+
+  bool Stopped() {
+    absl::MutexLock lock(&mu);
+    return closing || cancelled;
+  }
+  float* Reserve(int32_t partition, int64_t offset, int64_t) override {
+    return channel->params_ +
+           channel->layout_->partitions()[partition].offset + offset;
+  }
+  bool Send(const ParamsHeader& h) override {
+    channel->arrivals_.Received(h.partition, h.count, h.clock, h.stop);
+    return !Stopped();
+  }
+};
+
+LocalParameterChannel::LocalParameterChannel(
+    ChannelOptions options, std::vector<ParameterShard*> shards,
+    const ParameterLayout* layout, float* params)
+    : options_(std::move(options)),
+      shards_(std::move(shards)),
+      layout_(layout),
+      params_(params),
+      arrivals_(layout) {}
+
+LocalParameterChannel::~LocalParameterChannel() {
+  Cancel();
+  Close().IgnoreError();
+}
+
+absl::StatusOr<int64_t> LocalParameterChannel::Open() {
+  link_of_partition_.assign(layout_->partitions().size(), -1);
+  for (int shard = 0; shard < layout_->num_shards(); ++shard) {
+    const std::vector<int32_t> ids = layout_->PartitionsOfShard(shard);
+    if (ids.empty()) continue;
+    if (shard >= static_cast<int>(shards_.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no shard ", shard, " in process"));
+    }
+    auto link = std::make_unique<Link>();
+    link->channel = this;
+    link->shard = shard;
+    for (int32_t id : ids)
+      link_of_partition_[id] = static_cast<int>(links_.size());
+    links_.push_back(std::move(link));
+  }
+  for (auto& link : links_) {
+    Link* raw = link.get();
+    link->thread = std::thread([this, raw] { Serve(raw); });
+  }
+  return arrivals_.WaitForAll(absl::Now() + options_.connect_timeout);
+}
+
+void LocalParameterChannel::Push(int32_t id, int64_t step, int64_t samples,
+                                 const float* grads, bool stop,
+                                 PushRange range) {
+  Link* link = links_[link_of_partition_[id]].get();
+  absl::MutexLock lock(&link->mu);
+  link->queue.push_back({id, step, samples, grads, stop, range});
+}
+
+void LocalParameterChannel::Serve(Link* link) {
+  WorkerStream::Options options;
+  options.cancelled = [link] { return link->Stopped(); };
+  const StreamHello hello{options_.job_id, options_.worker_id,
+                          options_.generation};
+  // The shard may not have the job or the generation yet: retry as the
+  // gRPC channel re-opens a stream.
+  const absl::Time until = absl::Now() + options_.reconnect_timeout;
+  absl::StatusOr<std::unique_ptr<WorkerStream>> stream;
+  for (;;) {
+    stream = WorkerStream::Open(*shards_[link->shard], hello, options, link);
+    const absl::StatusCode code = stream.status().code();
+    if (stream.ok() || link->Stopped() || absl::Now() >= until ||
+        (code != absl::StatusCode::kUnavailable &&
+         code != absl::StatusCode::kNotFound))
+      break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (!stream.ok()) return arrivals_.Fail(stream.status());
+  const int64_t chunk_elems = options_.chunk_bytes / 4;
+  std::vector<Link::Item> batch;
+  for (;;) {
+    {
+      absl::MutexLock lock(&link->mu);
+      link->mu.Await(absl::Condition(
+          +[](Link* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) {
+            return !l->queue.empty() || l->closing || l->cancelled;
+          },
+          link));
+      if (link->queue.empty()) return;  // closing
+      batch.swap(link->queue);
+    }
+    for (const Link::Item& item : batch) {
+      const Partition& p = layout_->partitions()[item.id];
+      const int64_t size = item.samples == 0 ? 0 : p.size;
+      int64_t offset = 0;
+      do {
+        PushChunk c;
+        c.step = item.step;
+        c.partition = item.id;
+        c.offset = offset;
+        c.samples = item.samples;
+        const int64_t n = std::min(chunk_elems, size - offset);
+        c.data = reinterpret_cast<const char*>(item.grads + p.offset + offset);
+        c.bytes = n * sizeof(float);
+        c.stop = item.stop;
+        if (item.samples > 0)
+          c.range = {item.range.chunk, item.range.begin, item.range.end};
+        if (absl::Status s = (*stream)->Push(c); !s.ok()) {
+          // After Close or Cancel the waits have ended already.
+          if (!link->Stopped()) arrivals_.Fail(s);
+          return;
+        }
+        offset += n;
+      } while (offset < size);
+    }
+    batch.clear();
+  }
+}
+
+absl::Status LocalParameterChannel::WaitForClock(
+    int64_t clock, absl::Time deadline, bool* stop,
+    absl::FunctionRef<void(int32_t)> arrived) {
+  return arrivals_.WaitForClock(clock, deadline, stop, arrived);
+}
+
+void LocalParameterChannel::Cancel() {
+  arrivals_.Cancel();
+  for (auto& link : links_) {
+    absl::MutexLock lock(&link->mu);
+    link->cancelled = true;
+  }
+}
+
+absl::Status LocalParameterChannel::Close() {
+  for (auto& link : links_) {
+    absl::MutexLock lock(&link->mu);
+    link->closing = true;
+  }
+  for (auto& link : links_) {
+    if (link->thread.joinable()) link->thread.join();
+  }
+  links_.clear();
+  return arrivals_.error();
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,47 @@
+// All jobs on one shard process: creates a job's partitions (InitJob), finds
+// them, ends them and forgets them, keeping the parameters of the last
+// kKeepEnded ended jobs readable for export.
+//
+// Thread safety: every method is safe to call concurrently.
+#ifndef FULCRUM_SERVER_PS_PARAMETER_SHARD_H_
+#define FULCRUM_SERVER_PS_PARAMETER_SHARD_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/ps/job_shard.h"
+
+namespace fulcrum {
+
+class ParameterShard {
+ public:
+  static constexpr size_t kKeepEnded = 8;
+
+  // Creates the job's partitions, or confirms an identical earlier InitJob.
+  // FAILED_PRECONDITION if the job exists with another spec or placement.
+  absl::StatusOr<std::shared_ptr<JobShard>> InitJob(const JobInit& init);
+  // NOT_FOUND if unknown.
+  absl::StatusOr<std::shared_ptr<JobShard>> Find(
+      const std::string& job_id) const;
+  // Ends the job's waits and pushes. Its parameters stay readable (Pull)
+  // until ForgetJob, or until kKeepEnded later jobs have ended. Unknown or
+  // already ended jobs are fine (idempotent).
+  void EndJob(const std::string& job_id);
+  void ForgetJob(const std::string& job_id);
+  std::vector<std::string> JobIds() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<JobShard>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);  // oldest first
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_PARAMETER_SHARD_H_

@@ -1,0 +1,79 @@
+// One partition of a job on a shard: its values, optimizer state and
+// version, and the current step's aggregation, all under the partition's own
+// lock (pushes to different partitions proceed in parallel). The fields an
+// aggregation algorithm owns are grouped by algorithm.
+#ifndef FULCRUM_SERVER_PS_PARTITION_STATE_H_
+#define FULCRUM_SERVER_PS_PARTITION_STATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/tensor/layout.h"
+#include "server/ps/data_ledger.h"
+#include "server/ps/partition_format.h"
+#include "server/ps/push_tracker.h"
+
+namespace fulcrum {
+
+struct PartitionState {
+  Partition meta;
+  int64_t num_chunks = 0;  // of chunk_elems each (the last may be shorter)
+  bool tracks_ledger = false;  // partition 0 holds the job's data ledger
+
+  absl::Mutex mu;
+  absl::CondVar changed;  // version, generation or ended changed
+  std::vector<float> params ABSL_GUARDED_BY(mu);
+  std::vector<float> state ABSL_GUARDED_BY(mu);  // optimizer state
+  int64_t version ABSL_GUARDED_BY(mu) = 0;  // updates applied (sync: steps)
+  int64_t updates ABSL_GUARDED_BY(mu) = 0;  // optimizer steps (Adam's k)
+  bool stop ABSL_GUARDED_BY(mu) = false;    // a worker asked to stop here
+  bool ended ABSL_GUARDED_BY(mu) = false;
+  int64_t generation ABSL_GUARDED_BY(mu) = 1;  // whose pushes it takes
+  PushTracker tracker ABSL_GUARDED_BY(mu);     // the current step's arrivals
+  DataLedger ledger ABSL_GUARDED_BY(mu);       // if tracks_ledger
+
+  // Sync barrier (sync_aggregator.cc).
+  struct Barrier {
+    std::vector<float> accum;  // sum of g_i * n_i
+    bool stop_requested = false;
+    std::vector<DataRange> ranges;  // this step's, per member
+    // When the first member completed its push of the step (stall
+    // inspector); InfiniteFuture when none has.
+    absl::Time first_done = absl::InfiniteFuture();
+    // The values and optimizer state before the last applied step, so
+    // that a membership change can undo a step not every partition
+    // applied. The optimizer writes out of place and the buffers swap.
+    std::vector<float> prev_params, prev_state;
+    bool can_undo = false;
+    bool undo_swaps = false;  // the last step changed values
+  } barrier ABSL_GUARDED_BY(mu);
+
+  // Apply on arrival, ssp/async (arrival_aggregator.cc).
+  struct Arrivals {
+    std::vector<float> staging;  // [member * size + i] until complete
+    std::vector<int64_t> member_step;  // the step each member pushes
+  } arrivals ABSL_GUARDED_BY(mu);
+};
+
+// The partition's state as a PartitionFormat blob. REQUIRES: p.mu held.
+inline std::string SaveLocked(const PartitionState& p, int slots)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  PartitionImage image;
+  image.partition = p.meta.id;
+  image.slots = slots;
+  image.size = p.meta.size;
+  image.version = p.version;
+  image.updates = p.updates;
+  image.values = p.params.data();
+  image.state = p.state.data();
+  image.ledger = &p.ledger.entries();
+  return EncodePartition(image);
+}
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_PARTITION_STATE_H_

@@ -1,0 +1,113 @@
+#include "server/ps/push_tracker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace fulcrum {
+namespace {
+
+absl::Status CheckFinite(const Partition& p, const PushChunk& c, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, c.data + 4 * i, 4);
+    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (any == 0) return absl::OkStatus();
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, c.data + 4 * i, 4);
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push.data element ", c.offset + i, " of partition ",
+                       p.id, " is not finite (", v, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
+                          const PushChunk& c) {
+  if (c.step < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("push.step must be >= 0, got ", c.step));
+  if (c.samples < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push.samples must be >= 0, got ", c.samples));
+  }
+  if (c.range.chunk != -1 &&
+      (c.range.chunk < 0 || c.range.end < c.range.begin)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.range must have chunk >= 0 and end >= begin, got chunk ",
+        c.range.chunk, " [", c.range.begin, ", ", c.range.end, ")"));
+  }
+  if (c.samples == 0) {
+    if (c.bytes != 0 || c.offset != 0) {
+      return absl::InvalidArgumentError(
+          "push.data must be empty and push.offset 0 when push.samples is 0");
+    }
+    return absl::OkStatus();
+  }
+  if (c.offset < 0 || c.offset >= p.size || c.offset % chunk_elems != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.offset ", c.offset, " is not a chunk boundary of partition ",
+        p.id, " (size ", p.size, ", chunk ", chunk_elems, " elements)"));
+  }
+  const int64_t expected = std::min(chunk_elems, p.size - c.offset) * 4;
+  if (static_cast<int64_t>(c.bytes) != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push.data has ", c.bytes, " bytes, expected ", expected,
+                     " for partition ", p.id, " offset ", c.offset));
+  }
+  return CheckFinite(p, c, expected / 4);
+}
+
+void PushTracker::Reset(int members, int64_t num_chunks) {
+  num_chunks_ = num_chunks;
+  got_.assign(members * num_chunks, 0);
+  got_count_.assign(members, 0);
+  samples_.assign(members, -1);
+  complete_.assign(members, 0);
+  complete_count_ = 0;
+  total_samples_ = 0;
+}
+
+absl::StatusOr<PushTracker::Arrival> PushTracker::Record(int member,
+                                                         int64_t chunk,
+                                                         int64_t samples) {
+  if (complete_[member]) return Arrival::kRepeat;
+  if (samples > 0 && got_[member * num_chunks_ + chunk]) return Arrival::kRepeat;
+  if (samples_[member] >= 0 && samples_[member] != samples) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.samples ", samples, " differs from ", samples_[member],
+        " in an earlier chunk of the same step"));
+  }
+  if (samples_[member] < 0) {
+    samples_[member] = samples;
+    total_samples_ += samples;
+  }
+  if (samples > 0) {
+    got_[member * num_chunks_ + chunk] = 1;
+    if (++got_count_[member] < num_chunks_) return Arrival::kNew;
+  }
+  complete_[member] = 1;
+  ++complete_count_;
+  return Arrival::kNew;
+}
+
+void PushTracker::ClearMember(int member) {
+  std::fill(got_.begin() + member * num_chunks_,
+            got_.begin() + (member + 1) * num_chunks_, 0);
+  got_count_[member] = 0;
+  if (samples_[member] > 0) total_samples_ -= samples_[member];
+  samples_[member] = -1;
+  if (complete_[member]) --complete_count_;
+  complete_[member] = 0;
+}
+
+}  // namespace fulcrum

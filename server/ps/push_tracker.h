@@ -1,0 +1,79 @@
+// What both aggregation algorithms share about pushes: the push itself, its
+// validation, and the per-step bookkeeping of which chunks each member has
+// sent, which makes pushes idempotent (a repeated chunk is acknowledged and
+// never applied twice).
+#ifndef FULCRUM_SERVER_PS_PUSH_TRACKER_H_
+#define FULCRUM_SERVER_PS_PUSH_TRACKER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor/layout.h"
+#include "server/ps/data_ledger.h"
+
+namespace fulcrum {
+
+// One chunk of one member's gradient for one partition at one step.
+struct PushChunk {
+  int64_t step = 0;
+  int32_t partition = 0;
+  int64_t offset = 0;   // elements from the partition start
+  int64_t samples = 0;  // 0: this worker has no gradient for the step
+  const char* data = nullptr;  // little-endian fp32, not owned
+  size_t bytes = 0;
+  bool stop = false;
+  int64_t generation = 1;  // of the pushing stream
+  DataRange range;         // chunk sharding: the samples behind it
+};
+
+// What a push did.
+enum class PushOutcome {
+  kPartial,          // the member's contribution still misses chunks
+  kCompleted,        // this push completed it
+  kAlreadyComplete,  // a repeat: complete (or applied) before
+};
+
+// INVALID_ARGUMENT naming the field when `c` cannot be a chunk of
+// `partition` cut at `chunk_elems`: step or samples negative, a bad range,
+// offset or length, or a NaN/infinite element. One branch-free pass over the
+// data (it vectorizes); the bad element is looked for only when there is one.
+absl::Status ValidatePush(const Partition& partition, int64_t chunk_elems,
+                          const PushChunk& c);
+
+// One partition's arrivals for the current step, per member.
+//
+// Thread safety: none; the partition's lock guards it.
+class PushTracker {
+ public:
+  enum class Arrival { kNew, kRepeat };
+
+  void Reset(int members, int64_t num_chunks);
+  // Records chunk `chunk` (ignored when samples == 0: an empty push is the
+  // member's whole contribution). kRepeat, changing nothing, for a chunk
+  // seen before or a member already complete; INVALID_ARGUMENT, changing
+  // nothing, when `samples` differs from the member's earlier chunks.
+  absl::StatusOr<Arrival> Record(int member, int64_t chunk, int64_t samples);
+  // Every chunk of the member arrived (or its empty push).
+  bool Complete(int member) const { return complete_[member] != 0; }
+  int complete_count() const { return complete_count_; }
+  int members() const { return static_cast<int>(complete_.size()); }
+  // Sum of the samples of every member that pushed anything.
+  int64_t total_samples() const { return total_samples_; }
+  // Forgets the member's arrivals (it moves on to its next step).
+  void ClearMember(int member);
+
+ private:
+  int64_t num_chunks_ = 1;
+  std::vector<uint8_t> got_;  // [member * num_chunks + chunk]
+  std::vector<int64_t> got_count_;
+  std::vector<int64_t> samples_;  // -1: nothing pushed yet
+  std::vector<uint8_t> complete_;
+  int complete_count_ = 0;
+  int64_t total_samples_ = 0;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_PUSH_TRACKER_H_

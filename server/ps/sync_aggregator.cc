@@ -1,0 +1,147 @@
+// The synchronous barrier (see aggregator.h).
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/ps/aggregator.h"
+
+namespace fulcrum {
+namespace {
+
+class SyncAggregator : public Aggregator {
+ public:
+  explicit SyncAggregator(Context context) : ctx_(std::move(context)) {}
+
+  void Init(PartitionState& p, int members) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    p.barrier.accum.assign(p.meta.size, 0.0f);
+    p.barrier.prev_params.assign(p.meta.size, 0.0f);
+    p.barrier.prev_state.assign(p.state.size(), 0.0f);
+    ResetStep(p, members);
+  }
+
+  absl::StatusOr<PushOutcome> Push(PartitionState& p, int member,
+                                   const PushChunk& c) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (c.step < p.version) return PushOutcome::kAlreadyComplete;  // a retry
+    if (c.step > p.version) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "push.step ", c.step, " is ahead of partition ", c.partition,
+          " version ", p.version, " (sync mode: pull the new version first)"));
+    }
+    if (p.tracker.Complete(member)) return PushOutcome::kAlreadyComplete;
+    const int64_t chunk = c.samples == 0 ? 0 : c.offset / ctx_.chunk_elems;
+    absl::StatusOr<PushTracker::Arrival> arrival =
+        p.tracker.Record(member, chunk, c.samples);
+    if (!arrival.ok()) return arrival.status();
+    if (*arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
+    PartitionState::Barrier& b = p.barrier;
+    b.stop_requested |= c.stop;
+    if (p.tracks_ledger && c.samples > 0) b.ranges[member] = c.range;
+    if (c.samples > 0) Accumulate(b, c);
+    if (!p.tracker.Complete(member)) return PushOutcome::kPartial;
+    if (p.tracker.complete_count() == 1) b.first_done = ctx_.env->Now();
+    if (p.tracker.complete_count() < p.tracker.members())
+      return PushOutcome::kCompleted;
+    ApplyStep(p);
+    return PushOutcome::kCompleted;
+  }
+
+  void ResetStep(PartitionState& p, int members) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PartitionState::Barrier& b = p.barrier;
+    std::fill(b.accum.begin(), b.accum.end(), 0.0f);
+    b.stop_requested = false;
+    b.ranges.assign(members, DataRange{});
+    b.first_done = absl::InfiniteFuture();
+    p.tracker.Reset(members, p.num_chunks);
+  }
+
+  void Restored(PartitionState& p) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    p.barrier.can_undo = false;
+    p.stop = false;
+    ResetStep(p, p.tracker.members());
+  }
+
+  absl::Status CheckAlign(const PartitionState& p,
+                          int64_t to) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (p.version == to || (p.version == to + 1 && p.barrier.can_undo))
+      return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("partition ", p.meta.id, " is at version ", p.version,
+                     " and cannot be aligned to ", to));
+  }
+
+  void Align(PartitionState& p, int64_t to, int) const override
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (p.version != to + 1) return;
+    // Undo the step that not every partition applied: a buffer swap.
+    PartitionState::Barrier& b = p.barrier;
+    if (b.undo_swaps) {
+      p.params.swap(b.prev_params);
+      p.state.swap(b.prev_state);
+      --p.updates;
+    }
+    p.ledger.UndoStep();
+    --p.version;
+    b.can_undo = false;
+    p.stop = false;
+  }
+
+ private:
+  void Accumulate(PartitionState::Barrier& b, const PushChunk& c) const {
+    const float w = static_cast<float>(c.samples);
+    const int64_t n = c.bytes / 4;
+    float* acc = b.accum.data() + c.offset;
+    for (int64_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, c.data + 4 * i, 4);
+      acc[i] += v * w;
+    }
+  }
+
+  // Every member has pushed: apply the averaged gradient out of place, so
+  // that the previous version stays for an undo. A step that carries a
+  // stop applies nothing: the final parameters are the ones rank 0
+  // evaluated when it decided to stop.
+  void ApplyStep(PartitionState& p) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PartitionState::Barrier& b = p.barrier;
+    const int64_t total = p.tracker.total_samples();
+    const bool apply = total > 0 && !b.stop_requested;
+    b.undo_swaps = apply;
+    if (apply) {
+      ApplyUpdate(ctx_.optimizer, p.version, p.updates++, b.accum.data(),
+                  p.params.data(), p.state.data(), b.prev_params.data(),
+                  b.prev_state.data(), p.meta.size,
+                  1.0f / static_cast<float>(total));
+      p.params.swap(b.prev_params);
+      p.state.swap(b.prev_state);
+    }
+    b.can_undo = true;
+    if (p.tracks_ledger)
+      p.ledger.ApplyStep(apply ? b.ranges : std::vector<DataRange>());
+    ++p.version;
+    if (ctx_.checkpointer != nullptr &&
+        p.version % ctx_.checkpoint_every == 0) {
+      // Every partition of the shard reaches this version before any
+      // passes it: the blobs of one version form a consistent cut.
+      ctx_.checkpointer->Add(p.version, p.meta.id,
+                             SaveLocked(p, ctx_.optimizer.StateSlots()));
+    }
+    p.stop = b.stop_requested;
+    ResetStep(p, p.tracker.members());
+    p.changed.SignalAll();
+  }
+
+  const Context ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<Aggregator> NewSyncAggregator(Aggregator::Context context) {
+  return std::make_unique<SyncAggregator>(std::move(context));
+}
+
+}  // namespace fulcrum

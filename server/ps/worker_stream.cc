@@ -1,0 +1,144 @@
+#include "server/ps/worker_stream.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace fulcrum {
+namespace {
+
+// Every chunk of `partition`'s current values; clock < 0: its version.
+// Counts the bytes in `pulled` (may be null).
+absl::Status SendOne(JobShard& job, int32_t partition, int64_t clock,
+                     ParamsWriter* writer, metrics::Counter* pulled) {
+  const int64_t size = job.PartitionSize(partition);
+  const int64_t chunk = job.chunk_elems();
+  for (int64_t offset = 0; offset < size; offset += chunk) {
+    ParamsHeader h;
+    h.partition = partition;
+    h.offset = offset;
+    h.count = std::min(chunk, size - offset);
+    float* out = writer->Reserve(partition, offset, h.count);
+    RETURN_IF_ERROR(
+        job.Read(partition, offset, h.count, out, &h.version, &h.stop));
+    h.clock = clock < 0 ? h.version : clock;
+    if (pulled != nullptr) pulled->Increment(static_cast<double>(4 * h.count));
+    if (!writer->Send(h)) return absl::UnavailableError("peer closed the stream");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SendPartitions(JobShard& job, std::vector<int32_t> ids,
+                            ParamsWriter* writer, metrics::Counter* pulled) {
+  if (ids.empty()) ids = job.partition_ids();
+  for (int32_t id : ids) {
+    if (job.PartitionSize(id) < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partitions: ", id, " is not held by this shard"));
+    }
+  }
+  for (int32_t id : ids) RETURN_IF_ERROR(SendOne(job, id, -1, writer, pulled));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<WorkerStream>> WorkerStream::Open(
+    ParameterShard& shard, const StreamHello& hello, Options options,
+    ParamsWriter* writer) {
+  ASSIGN_OR_RETURN(std::shared_ptr<JobShard> job, shard.Find(hello.job_id));
+  if (job->ended()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", hello.job_id, " has ended"));
+  }
+  ASSIGN_OR_RETURN(const int member,
+                   job->MemberIndex(hello.worker_id, hello.generation));
+  std::unique_ptr<WorkerStream> stream(new WorkerStream(
+      std::move(job), member, hello.generation, std::move(options), writer));
+  JobShard& j = *stream->job_;
+  const int64_t clock =
+      j.mode() == JobShard::Mode::kSync ? -1 : j.clocks().Clock(member);
+  for (int32_t id : j.partition_ids())
+    RETURN_IF_ERROR(stream->SendPartition(id, clock));
+  return stream;
+}
+
+WorkerStream::WorkerStream(std::shared_ptr<JobShard> job, int member,
+                           int64_t generation, Options options,
+                           ParamsWriter* writer)
+    : job_(std::move(job)),
+      member_(member),
+      generation_(generation),
+      options_(std::move(options)),
+      writer_(writer) {
+  if (options_.metrics != nullptr)
+    metrics_ = options_.metrics->ForJob(job_->init().job_id);
+  completed_.reserve(job_->partition_ids().size());
+}
+
+WorkerStream::~WorkerStream() {
+  if (job_->mode() != JobShard::Mode::kSync)
+    job_->clocks().Finish(member_, generation_);
+}
+
+absl::Status WorkerStream::SendPartition(int32_t partition, int64_t clock) {
+  return SendOne(*job_, partition, clock, writer_, metrics_.pull_bytes);
+}
+
+absl::Status WorkerStream::Push(PushChunk chunk) {
+  chunk.generation = generation_;
+  if (metrics_.push_bytes != nullptr)
+    metrics_.push_bytes->Increment(static_cast<double>(chunk.bytes));
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(const PushOutcome outcome, job_->Push(member_, chunk));
+  if (metrics_.aggregate_seconds != nullptr) {
+    metrics_.aggregate_seconds->Observe(
+        absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  if (outcome == PushOutcome::kPartial) return absl::OkStatus();
+  if (chunk.step != completing_step_) {
+    completed_.clear();
+    completing_step_ = chunk.step;
+  }
+  if (std::find(completed_.begin(), completed_.end(), chunk.partition) !=
+      completed_.end())
+    return absl::OkStatus();  // a repeat on this stream
+  completed_.push_back(chunk.partition);
+  if (completed_.size() < job_->partition_ids().size()) return absl::OkStatus();
+  // The worker pushed its whole share of step t: answer its read at t + 1.
+  RETURN_IF_ERROR(AnswerRead(chunk.step + 1));
+  completed_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerStream::AnswerRead(int64_t clock) {
+  const absl::Time deadline = absl::Now() + options_.step_timeout;
+  const bool sync = job_->mode() == JobShard::Mode::kSync;
+  absl::Duration waited;
+  if (sync) {
+    for (int32_t id : completed_) {
+      const absl::Time start = absl::Now();
+      RETURN_IF_ERROR(job_->WaitForVersion(id, clock, generation_, deadline,
+                                           options_.cancelled));
+      waited += absl::Now() - start;
+      RETURN_IF_ERROR(SendPartition(id, clock));
+    }
+  }
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(const int64_t staleness,
+                   job_->clocks().WaitForRead(clock, job_->read_bound(),
+                                              deadline, options_.cancelled,
+                                              generation_));
+  waited += absl::Now() - start;
+  if (metrics_.barrier_wait_seconds != nullptr) {
+    metrics_.barrier_wait_seconds->Observe(absl::ToDoubleSeconds(waited));
+    metrics_.staleness->Observe(static_cast<double>(staleness));
+  }
+  if (sync) return absl::OkStatus();
+  for (int32_t id : job_->partition_ids())
+    RETURN_IF_ERROR(SendPartition(id, clock));
+  return absl::OkStatus();
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,120 @@
+// One worker's data-plane stream with one job on this shard, without the
+// transport: the hello's admission, the initial parameters, the pushes, and
+// when and what to answer each read - the consistency mode's rule, which
+// lives here and not in a service. The gRPC service (service.cc) and the
+// in-process channel (local_channel.h) are two transports driving it.
+//
+// A read is answered once the worker has pushed its whole share of step t
+// (every partition held here): sync sends each partition as soon as its
+// version t + 1 exists, in the order the worker completed them, so the
+// worker starts applying while the shard still aggregates; ssp/async send
+// every partition at its current values once the ClockTable's bound
+// allows.
+//
+// Thread safety: one thread drives a WorkerStream (the stream's handler).
+#ifndef FULCRUM_SERVER_PS_WORKER_STREAM_H_
+#define FULCRUM_SERVER_PS_WORKER_STREAM_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/ps/job_shard.h"
+#include "server/ps/parameter_shard.h"
+#include "server/ps/shard_metrics.h"
+
+namespace fulcrum {
+
+// A run of parameters on its way to the worker.
+struct ParamsHeader {
+  int32_t partition = 0;
+  int64_t offset = 0;  // elements from the partition start
+  int64_t count = 0;   // elements
+  int64_t version = 0;
+  int64_t clock = 0;  // the step the reader may compute next
+  bool stop = false;  // a worker asked to stop: the final version
+};
+
+// The transport's half of a stream: where parameters go.
+class ParamsWriter {
+ public:
+  virtual ~ParamsWriter() = default;
+  // Room for `count` floats of `partition` at `offset`, filled by the
+  // caller and then passed on by Send (a message's buffer, or the worker's
+  // own parameter buffer in process: no copy in between).
+  virtual float* Reserve(int32_t partition, int64_t offset,
+                         int64_t count) = 0;
+  // Sends what Reserve returned. false: the peer is gone.
+  virtual bool Send(const ParamsHeader& header) = 0;
+};
+
+struct StreamHello {
+  std::string job_id;
+  std::string worker_id;
+  int64_t generation = 0;
+};
+
+// Sends every chunk of each partition in `ids` (all held here when empty)
+// at its current values, clock = version: what Pull serves.
+// INVALID_ARGUMENT naming the partition when one is not held here. Counts
+// the bytes in `pulled` (not owned; may be null).
+absl::Status SendPartitions(JobShard& job, std::vector<int32_t> ids,
+                            ParamsWriter* writer,
+                            metrics::Counter* pulled = nullptr);
+
+class WorkerStream {
+ public:
+  struct Options {
+    // Longest a read waits for the other workers of a step.
+    absl::Duration step_timeout = absl::Minutes(5);
+    // Not owned; may be null (no metrics).
+    ShardMetrics* metrics = nullptr;
+    // The transport gave up on the stream; may be null.
+    std::function<bool()> cancelled;
+  };
+
+  // Admits the hello - NOT_FOUND (unknown job), FAILED_PRECONDITION (ended),
+  // or JobShard::MemberIndex's codes - and sends the current values of every
+  // partition held here through `writer` (not owned; must outlive the
+  // stream).
+  static absl::StatusOr<std::unique_ptr<WorkerStream>> Open(
+      ParameterShard& shard, const StreamHello& hello, Options options,
+      ParamsWriter* writer);
+  // ssp/async: the member stopped training; reads stop waiting for it.
+  ~WorkerStream();
+
+  // One chunk of the worker's gradient (generation: the stream's). Once the
+  // worker has pushed its whole share of a step, answers its read of the
+  // next step (blocking until the mode allows it, the deadline passes or
+  // the transport cancels). A rejected chunk changes nothing and ends the
+  // stream with its status.
+  absl::Status Push(PushChunk chunk);
+
+  JobShard& job() { return *job_; }
+
+ private:
+  WorkerStream(std::shared_ptr<JobShard> job, int member, int64_t generation,
+               Options options, ParamsWriter* writer);
+  // Every chunk of `partition`'s current values; clock < 0: its version.
+  absl::Status SendPartition(int32_t partition, int64_t clock);
+  absl::Status AnswerRead(int64_t clock);
+
+  const std::shared_ptr<JobShard> job_;
+  const int member_;
+  const int64_t generation_;
+  const Options options_;
+  ParamsWriter* const writer_;  // Not owned.
+  ShardMetrics::Job metrics_{};  // all null without metrics
+  // Partitions this worker completed for completing_step_, in completion
+  // order (one completed earlier on a broken stream counts too).
+  std::vector<int32_t> completed_;
+  int64_t completing_step_ = -1;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_WORKER_STREAM_H_

@@ -1,0 +1,156 @@
+// WorkerStream: a hello's admission, the initial parameters, and when each
+// consistency mode answers a worker's read - without a transport.
+#include "server/ps/worker_stream.h"
+
+#include <map>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "server/ps/testing/test_jobs.h"
+
+namespace fulcrum {
+namespace {
+
+using testing::MultiPartitionJob;
+
+// Records what a stream sends.
+class RecordingWriter : public ParamsWriter {
+ public:
+  float* Reserve(int32_t, int64_t, int64_t count) override {
+    buffer_.resize(count);
+    return buffer_.data();
+  }
+  bool Send(const ParamsHeader& h) override {
+    sent.push_back(h);
+    return true;
+  }
+  // Partitions sent whole at `clock`, in the order they completed.
+  std::vector<int32_t> WholeAt(int64_t clock, const JobShard& job) const {
+    std::map<int32_t, int64_t> got;
+    std::vector<int32_t> order;
+    for (const ParamsHeader& h : sent) {
+      if (h.clock != clock) continue;
+      got[h.partition] += h.count;
+      if (got[h.partition] == job.PartitionSize(h.partition))
+        order.push_back(h.partition);
+    }
+    return order;
+  }
+  std::vector<ParamsHeader> sent;
+
+ private:
+  std::vector<float> buffer_;
+};
+
+class WorkerStreamTest : public ::testing::Test {
+ protected:
+  void Init(const std::string& mode, int staleness) {
+    JobInit init = MultiPartitionJob({"a", "b"}, "sgd");
+    init.spec.mutable_consistency()->set_mode(mode);
+    init.spec.mutable_consistency()->set_staleness(staleness);
+    ASSERT_TRUE(shard_.InitJob(init).ok());
+    job_ = *shard_.Find("job-1");
+  }
+  std::unique_ptr<WorkerStream> Open(const std::string& worker,
+                                     RecordingWriter* w,
+                                     absl::Duration timeout = absl::Seconds(10)) {
+    WorkerStream::Options o;
+    o.step_timeout = timeout;
+    auto s = WorkerStream::Open(shard_, {"job-1", worker, 1}, o, w);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  // Pushes `worker`'s whole share of `step` (partitions in descending
+  // order, as backward completes them).
+  absl::Status PushStep(WorkerStream& s, int64_t step) {
+    const std::vector<int32_t>& ids = job_->partition_ids();
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+      grads_[*it].assign(job_->PartitionSize(*it), 0.5f);
+      PushChunk c = testing::Chunk(step, grads_[*it], 1);
+      c.partition = *it;
+      absl::Status st = s.Push(c);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+
+  ParameterShard shard_;
+  std::shared_ptr<JobShard> job_;
+  std::map<int32_t, std::vector<float>> grads_;
+};
+
+TEST_F(WorkerStreamTest, HelloIsAdmittedOrRefusedWithTheContractsCodes) {
+  Init("sync", 0);
+  RecordingWriter w;
+  WorkerStream::Options o;
+  EXPECT_EQ(WorkerStream::Open(shard_, {"nope", "a", 1}, o, &w).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      WorkerStream::Open(shard_, {"job-1", "x", 1}, o, &w).status().code(),
+      absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      WorkerStream::Open(shard_, {"job-1", "a", 2}, o, &w).status().code(),
+      absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(w.sent.empty()) << "a refused hello sends nothing";
+  auto s = Open("a", &w);
+  ASSERT_NE(s, nullptr);
+  // Every partition's current values, at clock = version 0.
+  EXPECT_EQ(w.WholeAt(0, *job_), job_->partition_ids());
+  shard_.EndJob("job-1");
+  EXPECT_EQ(
+      WorkerStream::Open(shard_, {"job-1", "b", 1}, o, &w).status().code(),
+      absl::StatusCode::kFailedPrecondition);
+}
+
+// Sync: a's read of step 1 is answered only once b's pushes completed the
+// step, partition by partition in the order a completed them.
+TEST_F(WorkerStreamTest, SyncAnswersAReadAfterEveryMemberPushed) {
+  Init("sync", 0);
+  RecordingWriter wa, wb;
+  auto a = Open("a", &wa);
+  auto b = Open("b", &wb);
+  std::thread pusher([&] { EXPECT_TRUE(PushStep(*a, 0).ok()); });
+  EXPECT_TRUE(PushStep(*b, 0).ok());
+  pusher.join();
+  std::vector<int32_t> descending(job_->partition_ids().rbegin(),
+                                  job_->partition_ids().rend());
+  EXPECT_EQ(wa.WholeAt(1, *job_), descending);
+  EXPECT_EQ(wb.WholeAt(1, *job_), descending);
+  for (const ParamsHeader& h : wa.sent) {
+    if (h.clock == 1) {
+      EXPECT_EQ(h.version, 1) << "a read of step 1 is fresh";
+    }
+  }
+  // A repeated push of the step (a stream re-sending it) is acknowledged,
+  // answered with the same version, and applies nothing.
+  EXPECT_TRUE(PushStep(*a, 0).ok());
+  int64_t version;
+  bool stop;
+  std::vector<float> values(job_->PartitionSize(0));
+  ASSERT_TRUE(job_->Read(0, 0, values.size(), values.data(), &version, &stop)
+                  .ok());
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(wa.sent.back().version, 1);
+}
+
+// ssp(1): a may run one clock ahead of b, not two; the read that would be
+// two ahead waits for b (here until the deadline, then for b's push).
+TEST_F(WorkerStreamTest, SspBoundsHowFarAReaderRunsAhead) {
+  Init("ssp", 1);
+  RecordingWriter wa, wb;
+  auto a = Open("a", &wa, absl::Milliseconds(200));
+  auto b = Open("b", &wb);
+  ASSERT_TRUE(PushStep(*a, 0).ok());  // read at clock 1: b at 0 >= 1 - 1
+  EXPECT_EQ(wa.WholeAt(1, *job_).size(), job_->partition_ids().size());
+  EXPECT_EQ(PushStep(*a, 1).code(), absl::StatusCode::kDeadlineExceeded)
+      << "clock 2 needs b at clock 1";
+  EXPECT_TRUE(wa.WholeAt(2, *job_).empty());
+  auto a2 = Open("a", &wa);  // a's new stream: the push was kept
+  std::thread reader([&] { EXPECT_TRUE(PushStep(*a2, 1).ok()); });
+  ASSERT_TRUE(PushStep(*b, 0).ok());
+  reader.join();
+  EXPECT_EQ(wa.WholeAt(2, *job_).size(), job_->partition_ids().size());
+}
+
+}  // namespace
+}  // namespace fulcrum

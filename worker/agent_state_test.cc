@@ -1,0 +1,135 @@
+#include "worker/agent_state.h"
+
+#include "gtest/gtest.h"
+
+namespace fulcrum {
+namespace {
+
+using Phase = AgentState::Phase;
+using Kind = AgentState::Work::Kind;
+
+v1::WorkerAssignment Running(const std::string& job, int64_t generation) {
+  v1::WorkerAssignment a;
+  a.set_job_id(job);
+  a.set_generation(generation);
+  a.set_job_state(v1::RUNNING);
+  return a;
+}
+
+v1::WorkerAssignment Offer(const std::string& job) {
+  v1::WorkerAssignment a;
+  a.set_job_id(job);
+  a.set_job_state(v1::RUNNING);
+  a.set_prepare(true);
+  return a;
+}
+
+TEST(AgentStateTest, AnAssignmentIsTrainedAndItsNextGenerationsFollow) {
+  AgentState s;
+  EXPECT_FALSE(s.Take().has_value());
+  EXPECT_TRUE(s.OnAnswer(Running("job-1", 1)));
+  auto work = s.Take();
+  ASSERT_TRUE(work.has_value());
+  EXPECT_EQ(work->kind, Kind::kTrain);
+  EXPECT_EQ(s.phase(), Phase::kTraining);
+  v1::WorkerHeartbeatRequest beat;
+  s.FillHeartbeat(&beat);
+  EXPECT_EQ(beat.job_id(), "job-1");
+  EXPECT_EQ(beat.generation(), 1);
+  EXPECT_FALSE(s.OnAnswer(Running("job-1", 1))) << "nothing new";
+  EXPECT_FALSE(s.TakeNextGeneration("job-1", 1).has_value());
+  EXPECT_TRUE(s.OnAnswer(Running("job-1", 3)));
+  auto next = s.TakeNextGeneration("job-1", 1);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->generation(), 3);
+  EXPECT_EQ(s.generation(), 3);
+  s.Finished();
+  EXPECT_EQ(s.phase(), Phase::kIdle);
+  EXPECT_FALSE(s.OnAnswer(Running("job-1", 3))) << "a finished job stays done";
+  EXPECT_FALSE(s.has_work());
+}
+
+TEST(AgentStateTest, CancelledFailedElsewhereOrForgottenMeansLeaving) {
+  for (int way = 0; way < 3; ++way) {
+    AgentState s;
+    s.OnAnswer(Running("job-1", 1));
+    s.Take();
+    v1::WorkerAssignment ended = Running("job-1", 1);
+    ended.set_job_state(v1::CANCELLED);
+    if (way == 0) {
+      EXPECT_TRUE(s.OnAnswer(ended));
+    } else if (way == 1) {
+      EXPECT_TRUE(s.OnAnswer(v1::WorkerAssignment()));
+    } else {
+      s.OnForgotten();
+    }
+    EXPECT_TRUE(s.leaving()) << way;
+    v1::WorkerHeartbeatRequest beat;
+    s.FillHeartbeat(&beat);
+    EXPECT_EQ(beat.job_id(), "job-1") << "still says which job it leaves";
+  }
+}
+
+TEST(AgentStateTest, AnOfferIsPreparedReportedThenTakenInByItsGeneration) {
+  AgentState s;
+  const absl::Time now = absl::FromUnixSeconds(100);
+  EXPECT_TRUE(s.OnAnswer(Offer("job-2")));
+  EXPECT_EQ(s.phase(), Phase::kOffered);
+  auto work = s.Take();
+  ASSERT_TRUE(work.has_value());
+  EXPECT_EQ(work->kind, Kind::kPrepare);
+  EXPECT_FALSE(s.OnAnswer(Offer("job-2"))) << "the same offer again";
+  s.Prepared("job-2", absl::OkStatus(), now);
+  EXPECT_EQ(s.phase(), Phase::kPrepared);
+  EXPECT_TRUE(s.FastPoll(now + absl::Seconds(9)));
+  EXPECT_FALSE(s.FastPoll(now + absl::Seconds(11)));
+  v1::WorkerHeartbeatRequest beat;
+  s.FillHeartbeat(&beat);
+  EXPECT_EQ(beat.prepared_job(), "job-2");
+  EXPECT_EQ(beat.prepare_error(), "");
+  EXPECT_EQ(beat.job_id(), "") << "not a member yet";
+  EXPECT_TRUE(s.OnAnswer(Running("job-2", 4)));
+  work = s.Take();
+  ASSERT_TRUE(work.has_value());
+  EXPECT_EQ(work->kind, Kind::kTrain);
+  EXPECT_EQ(s.generation(), 4);
+}
+
+TEST(AgentStateTest, AFailedPreparationAndAnOfferOfAFinishedJobAreDeclined) {
+  AgentState s;
+  s.OnAnswer(Offer("job-3"));
+  s.Take();
+  s.Prepared("job-3", absl::NotFoundError("no data"), absl::Now());
+  v1::WorkerHeartbeatRequest beat;
+  s.FillHeartbeat(&beat);
+  EXPECT_EQ(beat.prepared_job(), "job-3");
+  EXPECT_NE(beat.prepare_error().find("no data"), std::string::npos);
+
+  AgentState done;
+  done.OnAnswer(Running("job-4", 1));
+  done.Take();
+  done.Finished();
+  done.OnAnswer(Offer("job-4"));
+  EXPECT_EQ(done.phase(), Phase::kPrepared);
+  EXPECT_FALSE(done.has_work()) << "nothing to load";
+  v1::WorkerHeartbeatRequest again;
+  done.FillHeartbeat(&again);
+  EXPECT_EQ(again.prepared_job(), "job-4");
+  EXPECT_NE(again.prepare_error().find("already ended"), std::string::npos);
+}
+
+TEST(AgentStateTest, AnAssignmentDuringTrainingWaitsForTheLoop) {
+  AgentState s;
+  s.OnAnswer(Running("job-5", 1));
+  s.Take();
+  s.OnForgotten();  // re-registered under a new id, still winding down
+  EXPECT_TRUE(s.OnAnswer(Running("job-6", 1)));
+  EXPECT_EQ(s.job().job_id(), "job-5");
+  s.Finished();
+  auto work = s.Take();
+  ASSERT_TRUE(work.has_value());
+  EXPECT_EQ(work->assignment.job_id(), "job-6");
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,296 @@
+#include "worker/grpc_channel.h"
+
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/net/grpc_options.h"
+#include "common/net/retry.h"
+#include "common/status/grpc_status.h"
+
+namespace fulcrum {
+
+// One attempt at the stream to a shard.
+struct GrpcParameterChannel::Connection {
+  grpc::ClientContext context;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>>
+      rw;
+};
+
+struct GrpcParameterChannel::Stream {
+  int shard = 0;
+  std::vector<int32_t> partitions;
+  std::unique_ptr<v1::ParameterServer::Stub> stub;
+  std::thread sender, receiver;
+  struct Item {
+    int32_t id;
+    int64_t step;
+    int64_t samples;
+    const float* grads;
+    bool stop;
+    PushRange range;
+  };
+  absl::Mutex mu;
+  std::vector<Item> queue ABSL_GUARDED_BY(mu);  // capacity reserved up front
+  // Items of the current step already written: sent again on a new
+  // connection. Cleared when the step's parameters arrived.
+  std::vector<Item> sent ABSL_GUARDED_BY(mu);
+  // The connection being opened or in use (for Cancel), and the one the
+  // sender writes to (set once hello is written: one writer at a time).
+  std::shared_ptr<Connection> attempt ABSL_GUARDED_BY(mu);
+  std::shared_ptr<Connection> conn ABSL_GUARDED_BY(mu);
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+};
+
+GrpcParameterChannel::GrpcParameterChannel(ChannelOptions options,
+                                           const ParameterLayout* layout,
+                                           float* params,
+                                           ConfigureContext configure)
+    : options_(std::move(options)),
+      configure_(std::move(configure)),
+      layout_(layout),
+      params_(params),
+      chunk_elems_(options_.chunk_bytes / 4),
+      arrivals_(layout) {}
+
+GrpcParameterChannel::~GrpcParameterChannel() {
+  Cancel();
+  Close().IgnoreError();
+}
+
+std::shared_ptr<GrpcParameterChannel::Connection>
+GrpcParameterChannel::Connect(Stream* s) {
+  auto conn = std::make_shared<Connection>();
+  if (configure_) configure_(&conn->context);
+  {
+    absl::MutexLock lock(&s->mu);
+    if (s->cancelled) conn->context.TryCancel();
+    s->attempt = conn;  // reachable by Cancel() before the call starts
+  }
+  conn->rw = s->stub->Stream(&conn->context);
+  v1::StreamRequest hello;
+  hello.mutable_hello()->set_job_id(options_.job_id);
+  hello.mutable_hello()->set_worker_id(options_.worker_id);
+  hello.mutable_hello()->set_generation(options_.generation);
+  // A failed write means a failed stream: the receiver sees its status.
+  conn->rw->Write(hello);
+  absl::MutexLock lock(&s->mu);
+  s->conn = conn;
+  return conn;
+}
+
+absl::StatusOr<int64_t> GrpcParameterChannel::Open() {
+  const size_t n = layout_->partitions().size();
+  stream_of_partition_.assign(n, -1);
+  for (int shard = 0; shard < layout_->num_shards(); ++shard) {
+    const std::vector<int32_t> ids = layout_->PartitionsOfShard(shard);
+    if (ids.empty()) continue;  // more shards than partitions
+    if (shard >= static_cast<int>(options_.shard_addresses.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no address for shard ", shard));
+    }
+    auto s = std::make_unique<Stream>();
+    s->shard = shard;
+    s->partitions = ids;
+    s->stub = v1::ParameterServer::NewStub(
+        MakeChannel(options_.shard_addresses[shard]));
+    {
+      absl::MutexLock lock(&s->mu);
+      s->queue.reserve(ids.size() * 4);
+      s->sent.reserve(ids.size() * 4);
+    }
+    for (int32_t id : ids)
+      stream_of_partition_[id] = static_cast<int>(streams_.size());
+    streams_.push_back(std::move(s));
+  }
+  for (auto& s : streams_) {
+    Stream* raw = s.get();
+    s->receiver = std::thread([this, raw] { ReceiveLoop(raw); });
+    s->sender = std::thread([this, raw] { SendLoop(raw); });
+  }
+  // Initial parameters: every partition answered, all at the same clock.
+  return arrivals_.WaitForAll(absl::Now() + options_.connect_timeout);
+}
+
+void GrpcParameterChannel::Push(int32_t id, int64_t step, int64_t samples,
+                                const float* grads, bool stop,
+                                PushRange range) {
+  Stream* s = streams_[stream_of_partition_[id]].get();
+  absl::MutexLock lock(&s->mu);
+  s->queue.push_back({id, step, samples, grads, stop, range});
+}
+
+void GrpcParameterChannel::SendLoop(Stream* s) {
+  std::vector<Stream::Item> batch;
+  batch.reserve(layout_->partitions().size() * 4);
+  v1::StreamRequest request;
+  v1::Push* push = request.mutable_push();
+  std::shared_ptr<Connection> conn;
+  for (;;) {
+    {
+      absl::MutexLock lock(&s->mu);
+      s->mu.Await(absl::Condition(
+          +[](Stream* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st->mu) {
+            return (!st->queue.empty() && st->conn != nullptr) || st->closing;
+          },
+          s));
+      if (s->queue.empty() || s->conn == nullptr) break;  // closing
+      batch.swap(s->queue);
+      conn = s->conn;
+      s->sent.insert(s->sent.end(), batch.begin(), batch.end());
+    }
+    bool ok = true;
+    for (const Stream::Item& item : batch) {
+      const Partition& p = layout_->partitions()[item.id];
+      push->set_step(item.step);
+      push->set_partition(item.id);
+      push->set_samples(item.samples);
+      push->set_stop(item.stop);
+      push->set_encoding(v1::ENCODING_FP32);
+      if (item.range.chunk >= 0 && item.samples > 0) {
+        v1::DataRange* r = push->mutable_range();
+        r->set_chunk(item.range.chunk);
+        r->set_begin(item.range.begin);
+        r->set_end(item.range.end);
+      } else {
+        push->clear_range();
+      }
+      const int64_t size = item.samples == 0 ? 0 : p.size;
+      int64_t offset = 0;
+      do {
+        const int64_t n = std::min(chunk_elems_, size - offset);
+        push->set_offset(offset);
+        push->mutable_data()->assign(
+            reinterpret_cast<const char*>(item.grads + p.offset + offset),
+            n * sizeof(float));
+        // A failed write: the receiver reconnects and re-queues `sent`.
+        ok = conn->rw->Write(request);
+        offset += n;
+      } while (ok && offset < size);
+      if (!ok) break;
+    }
+    batch.clear();
+  }
+  {
+    absl::MutexLock lock(&s->mu);
+    conn = s->conn;  // the newest connection, if one is open
+  }
+  if (conn != nullptr) conn->rw->WritesDone();
+}
+
+bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
+                                   bool* answered) {
+  v1::StreamResponse response;
+  while (conn.rw->Read(&response)) {
+    const v1::Params& p = response.params();
+    const int32_t id = p.partition();
+    if (id < 0 || id >= static_cast<int32_t>(stream_of_partition_.size()) ||
+        stream_of_partition_[id] < 0 ||
+        streams_[stream_of_partition_[id]].get() != s) {
+      arrivals_.Fail(absl::InternalError(absl::StrCat(
+          "shard ", s->shard, " sent unknown partition ", id)));
+      return false;
+    }
+    const Partition& part = layout_->partitions()[id];
+    const int64_t n = p.data().size() / sizeof(float);
+    if (p.offset() < 0 || p.offset() + n > part.size ||
+        p.data().size() % sizeof(float) != 0) {
+      arrivals_.Fail(absl::InternalError(absl::StrCat(
+          "shard ", s->shard, " sent a bad chunk of partition ", id)));
+      return false;
+    }
+    *answered = true;
+    std::memcpy(params_ + part.offset + p.offset(), p.data().data(),
+                p.data().size());
+    arrivals_.Received(id, n, p.clock(), p.stop());
+  }
+  return true;
+}
+
+void GrpcParameterChannel::ReceiveLoop(Stream* s) {
+  std::mt19937_64 rng(std::hash<std::string>()(options_.worker_id) + s->shard);
+  absl::Time retry_until = absl::InfiniteFuture();
+  int attempt = 0;
+  for (;;) {
+    std::shared_ptr<Connection> conn = Connect(s);
+    bool answered = false;
+    if (!Receive(s, *conn, &answered)) {
+      conn->context.TryCancel();
+      conn->rw->Finish().IgnoreError();
+      return;
+    }
+    const grpc::Status status = conn->rw->Finish();
+    {
+      absl::MutexLock lock(&s->mu);
+      if (status.ok() || s->closing || s->cancelled) return;
+    }
+    const bool retryable =
+        status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        status.error_code() == grpc::StatusCode::NOT_FOUND;
+    const absl::Time now = absl::Now();
+    if (answered) {  // the connection worked: a fresh retry budget
+      attempt = 0;
+      retry_until = absl::InfiniteFuture();
+    }
+    if (retry_until == absl::InfiniteFuture())
+      retry_until = now + options_.reconnect_timeout;
+    if (!retryable || now >= retry_until) {
+      arrivals_.Fail(absl::Status(
+          FromGrpcStatus(status).code(),
+          absl::StrCat("shard ", s->shard, " (",
+                       options_.shard_addresses[s->shard],
+                       "): ", status.error_message())));
+      return;
+    }
+    absl::SleepFor(absl::FromChrono(Backoff(
+        attempt++, std::chrono::milliseconds(50),
+        std::chrono::milliseconds(1000), rng())));
+    arrivals_.Restart(s->partitions);
+    if (options_.on_reconnect) options_.on_reconnect();
+    // Send this step's pushes again on the next connection, first.
+    absl::MutexLock lock(&s->mu);
+    if (s->closing || s->cancelled) return;
+    s->conn = nullptr;  // the sender waits for the next connection
+    s->queue.insert(s->queue.begin(), s->sent.begin(), s->sent.end());
+    s->sent.clear();
+  }
+}
+
+absl::Status GrpcParameterChannel::WaitForClock(
+    int64_t clock, absl::Time deadline, bool* stop,
+    absl::FunctionRef<void(int32_t)> arrived) {
+  absl::Status s = arrivals_.WaitForClock(clock, deadline, stop, arrived);
+  if (!s.ok()) return s;
+  // The step is applied everywhere: nothing of it needs sending again.
+  for (auto& st : streams_) {
+    absl::MutexLock lock(&st->mu);
+    st->sent.clear();
+  }
+  return absl::OkStatus();
+}
+
+void GrpcParameterChannel::Cancel() {
+  arrivals_.Cancel();
+  for (auto& s : streams_) {
+    absl::MutexLock lock(&s->mu);
+    s->cancelled = true;
+    if (s->attempt != nullptr) s->attempt->context.TryCancel();
+  }
+}
+
+absl::Status GrpcParameterChannel::Close() {
+  for (auto& s : streams_) {
+    absl::MutexLock lock(&s->mu);
+    s->closing = true;
+  }
+  for (auto& s : streams_) {
+    if (s->sender.joinable()) s->sender.join();
+    if (s->receiver.joinable()) s->receiver.join();
+  }
+  streams_.clear();
+  return arrivals_.error();
+}
+
+}  // namespace fulcrum

@@ -1,0 +1,87 @@
+// The data plane over gRPC (a ParameterChannel): one bidirectional stream
+// per shard for the life of a membership generation. A sender thread per
+// stream pushes gradient partitions as backward produces them (so
+// communication overlaps the rest of backward); a receiver thread per stream
+// writes arriving parameters straight into the model's flat parameter
+// buffer.
+//
+// A stream that breaks (UNAVAILABLE: a dropped connection, a restarting
+// shard; NOT_FOUND: a shard that has not got the job yet) is re-opened with
+// bounded exponential backoff and jitter within `reconnect_timeout`: the
+// shard answers the new hello with its current values, and the pushes of
+// the current step are sent again (the shard acknowledges repeats without
+// applying them twice). ABORTED (the generation ended) and other errors end
+// the channel's waits.
+//
+// Thread safety: as ParameterChannel; the internal threads are owned here
+// (started in Open, joined in Close or the destructor).
+#ifndef FULCRUM_WORKER_GRPC_CHANNEL_H_
+#define FULCRUM_WORKER_GRPC_CHANNEL_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/dataplane/arrivals.h"
+#include "common/dataplane/parameter_channel.h"
+#include "fulcrum/v1/parameter_server.grpc.pb.h"
+
+namespace fulcrum {
+
+class GrpcParameterChannel : public ParameterChannel {
+ public:
+  // Test hook: called with each stream's context before each (re)connect.
+  using ConfigureContext = std::function<void(grpc::ClientContext*)>;
+
+  // `layout` and `params` are not owned and must outlive the channel.
+  GrpcParameterChannel(ChannelOptions options, const ParameterLayout* layout,
+                       float* params, ConfigureContext configure = nullptr);
+  ~GrpcParameterChannel() override;
+
+  absl::StatusOr<int64_t> Open() override;
+  void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
+            bool stop, PushRange range) override;
+  absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop,
+                            absl::FunctionRef<void(int32_t)> arrived) override;
+  void Cancel() override;
+  absl::Status Close() override;
+
+ private:
+  struct Stream;
+  struct Connection;
+  void SendLoop(Stream* s);
+  void ReceiveLoop(Stream* s);
+  // Reads one connection until it ends; false when the shard sent nonsense
+  // (the channel failed).
+  bool Receive(Stream* s, Connection& conn, bool* answered);
+  // Opens a stream to the shard and sends hello. The connection's context
+  // is registered before the call so that Cancel() can reach it.
+  std::shared_ptr<Connection> Connect(Stream* s);
+
+  const ChannelOptions options_;
+  const ConfigureContext configure_;
+  const ParameterLayout* const layout_;  // Not owned.
+  float* const params_;                  // Not owned.
+  const int64_t chunk_elems_;
+  Arrivals arrivals_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // shards holding partitions
+  std::vector<int> stream_of_partition_;
+};
+
+// Makes GrpcParameterChannels (the worker process's transport).
+class GrpcChannelFactory : public ChannelFactory {
+ public:
+  std::unique_ptr<ParameterChannel> Create(ChannelOptions options,
+                                           const ParameterLayout* layout,
+                                           float* params) override {
+    return std::make_unique<GrpcParameterChannel>(std::move(options), layout,
+                                                  params);
+  }
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_GRPC_CHANNEL_H_

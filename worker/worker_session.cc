@@ -1,0 +1,124 @@
+#include "worker/worker_session.h"
+
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+
+namespace fulcrum {
+
+Assignment FromProto(const v1::WorkerAssignment& a) {
+  return Assignment{a.job_id(),
+                    a.spec(),
+                    a.rank(),
+                    a.world_size(),
+                    a.generation(),
+                    {a.shard_addresses().begin(), a.shard_addresses().end()}};
+}
+
+WorkerSession::WorkerSession(Options options, Assignment first,
+                             const ParameterLayout* layout, float* params,
+                             ChannelFactory* channels, JobLink* link)
+    : options_(std::move(options)),
+      layout_(layout),
+      params_(params),
+      channels_(channels),
+      link_(link),
+      assignment_(std::move(first)) {}
+
+WorkerSession::~WorkerSession() {
+  if (channel_ != nullptr) {
+    channel_->Cancel();
+    channel_->Close().IgnoreError();
+  }
+}
+
+absl::StatusOr<int64_t> WorkerSession::Join() {
+  if (channel_ != nullptr) Close().IgnoreError();
+  const Assignment& assignment = assignment_;
+  ChannelOptions o;
+  o.job_id = assignment.job_id;
+  o.worker_id = options_.worker_id;
+  o.generation = assignment.generation;
+  o.shard_addresses = assignment.shard_addresses;
+  o.chunk_bytes = assignment.spec.chunk_bytes();
+  o.reconnect_timeout = options_.reconnect_timeout;
+  o.on_reconnect = options_.on_reconnect;
+  channel_ = channels_->Create(std::move(o), layout_, params_);
+  absl::StatusOr<int64_t> first = channel_->Open();
+  if (first.ok()) {
+    std::cerr << "fulcrum-worker: " << assignment.job_id << " generation "
+              << assignment.generation << ": rank " << assignment.rank
+              << " of " << assignment.world_size << ", first step " << *first
+              << "\n";
+  }
+  return first;
+}
+
+absl::Status WorkerSession::NextGeneration(const absl::Status& why) {
+  Close().IgnoreError();
+  const bool ended = why.code() == absl::StatusCode::kAborted ||
+                     why.code() == absl::StatusCode::kUnavailable;
+  if (!ended || link_ == nullptr || link_->Leaving()) return why;
+  std::optional<Assignment> next = link_->NextAssignment(
+      assignment_.job_id, assignment_.generation,
+      absl::Now() + options_.rejoin_timeout);
+  if (!next.has_value()) {
+    if (link_->Leaving()) return absl::CancelledError("job cancelled");
+    return absl::Status(
+        why.code(), absl::StrCat(why.message(), " (and no newer generation of ",
+                                 assignment_.job_id, " came)"));
+  }
+  assignment_ = std::move(*next);
+  return absl::OkStatus();
+}
+
+void WorkerSession::Push(int32_t id, int64_t step, int64_t samples,
+                         const float* grads, bool stop, PushRange range) {
+  channel_->Push(id, step, samples, grads, stop, range);
+}
+
+absl::Status WorkerSession::WaitForParameters(
+    int64_t clock, bool* stop, absl::FunctionRef<void(int32_t)> arrived) {
+  return channel_->WaitForClock(clock, absl::Now() + options_.step_timeout,
+                                stop, arrived);
+}
+
+absl::StatusOr<std::optional<ChunkLease>> WorkerSession::LeaseChunk(
+    const std::vector<int64_t>& done, int64_t dataset_size, bool* exhausted) {
+  if (link_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "dataset.sharding 'chunks' needs a coordinator to lease chunks from; "
+        "use 'static'");
+  }
+  v1::LeaseChunkRequest request;
+  request.set_worker_id(options_.worker_id);
+  request.set_job_id(assignment_.job_id);
+  request.set_generation(assignment_.generation);
+  request.set_dataset_size(dataset_size);
+  for (int64_t id : done) request.add_done(id);
+  absl::StatusOr<v1::LeaseChunkResponse> got = link_->LeaseChunk(request);
+  if (!got.ok()) return got.status();
+  *exhausted = got->exhausted();
+  if (!got->has_chunk()) return std::optional<ChunkLease>();
+  return std::optional<ChunkLease>(ChunkLease{got->chunk().chunk(),
+                                              got->epoch(), got->chunk().begin(),
+                                              got->chunk().end()});
+}
+
+void WorkerSession::Report(const v1::Progress& progress) {
+  if (link_ != nullptr) link_->Update(progress);
+}
+
+bool WorkerSession::Leaving() const {
+  return link_ != nullptr && link_->Leaving();
+}
+
+absl::Status WorkerSession::Close() {
+  if (channel_ == nullptr) return absl::OkStatus();
+  if (Leaving()) channel_->Cancel();
+  absl::Status s = channel_->Close();
+  channel_.reset();
+  return s;
+}
+
+}  // namespace fulcrum
