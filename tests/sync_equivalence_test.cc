@@ -12,7 +12,7 @@
 #include "common/testing/synthetic_idx.h"
 #include "gtest/gtest.h"
 #include "tests/in_process_cluster.h"
-#include "worker/backend/simulated_device_backend.h"
+#include "worker/testing/simulated_device_backend.h"
 
 namespace fulcrum {
 namespace {

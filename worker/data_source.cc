@@ -1,4 +1,5 @@
 #include "worker/data_source.h"
+#include "common/status/status_macros.h"
 
 #include <algorithm>
 
@@ -41,8 +42,7 @@ class ChunkSource : public DataSource {
   }
   absl::StatusOr<StepSamples> Next(int64_t) override {
     if (lease_.chunk < 0 && !exhausted_ && absl::Now() >= next_poll_) {
-      absl::Status s = Lease();
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(Lease());
     }
     StepSamples samples;
     if (lease_.chunk >= 0) {

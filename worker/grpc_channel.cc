@@ -7,6 +7,7 @@
 #include "common/net/grpc_options.h"
 #include "common/net/retry.h"
 #include "common/status/grpc_status.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 
@@ -261,8 +262,7 @@ void GrpcParameterChannel::ReceiveLoop(Stream* s) {
 absl::Status GrpcParameterChannel::WaitForClock(
     int64_t clock, absl::Time deadline, bool* stop,
     absl::FunctionRef<void(int32_t)> arrived) {
-  absl::Status s = arrivals_.WaitForClock(clock, deadline, stop, arrived);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(arrivals_.WaitForClock(clock, deadline, stop, arrived));
   // The step is applied everywhere: nothing of it needs sending again.
   for (auto& st : streams_) {
     absl::MutexLock lock(&st->mu);

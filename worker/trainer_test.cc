@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "server/ps/testing/local_tier.h"
 #include "worker/backend/cpu_backend.h"
-#include "worker/backend/simulated_device_backend.h"
+#include "worker/testing/simulated_device_backend.h"
 
 namespace fulcrum {
 namespace {

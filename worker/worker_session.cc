@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 
@@ -96,13 +97,13 @@ absl::StatusOr<std::optional<ChunkLease>> WorkerSession::LeaseChunk(
   request.set_generation(assignment_.generation);
   request.set_dataset_size(dataset_size);
   for (int64_t id : done) request.add_done(id);
-  absl::StatusOr<v1::LeaseChunkResponse> got = link_->LeaseChunk(request);
-  if (!got.ok()) return got.status();
-  *exhausted = got->exhausted();
-  if (!got->has_chunk()) return std::optional<ChunkLease>();
-  return std::optional<ChunkLease>(ChunkLease{got->chunk().chunk(),
-                                              got->epoch(), got->chunk().begin(),
-                                              got->chunk().end()});
+  ASSIGN_OR_RETURN(const v1::LeaseChunkResponse got,
+                   link_->LeaseChunk(request));
+  *exhausted = got.exhausted();
+  if (!got.has_chunk()) return std::optional<ChunkLease>();
+  return std::optional<ChunkLease>(ChunkLease{got.chunk().chunk(), got.epoch(),
+                                              got.chunk().begin(),
+                                              got.chunk().end()});
 }
 
 void WorkerSession::Report(const v1::Progress& progress) {

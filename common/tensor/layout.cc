@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
@@ -54,8 +55,7 @@ absl::StatusOr<ParameterLayout> ParameterLayout::ForMlp(
                          (kPartitionsPerShard * num_shards);
   const int64_t max_elems =
       std::min(partition_bytes / 4, std::max(kMinPartitionElems, spread));
-  absl::Status s = layout.Cut(max_elems);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(layout.Cut(max_elems));
   layout.Place();
   return layout;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "server/coordinator/coordinator_core.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
@@ -51,11 +52,10 @@ absl::Status Coordinator::Sync(uint64_t ticket) {
 absl::Status Coordinator::Recover() {
   if (options_.state_dir.empty()) return absl::OkStatus();
   v1::CoordinatorState state;
-  absl::StatusOr<std::unique_ptr<Journal>> journal =
-      Journal::Open(options_.env, options_.state_dir, &state);
-  if (!journal.ok()) return journal.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal,
+                   Journal::Open(options_.env, options_.state_dir, &state));
   absl::MutexLock lock(&mu_);
-  journal_ = std::move(*journal);
+  journal_ = std::move(journal);
   const absl::Time now = options_.env->Now();
   std::vector<std::pair<double, std::string>> order;
   for (const v1::PersistedJob& p : state.jobs()) {

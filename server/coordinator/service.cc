@@ -2,6 +2,7 @@
 
 #include "common/net/grpc_options.h"
 #include "common/status/grpc_status.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
@@ -145,9 +146,7 @@ absl::StatusOr<v1::ReconfigureResponse> GrpcShardControl::Reconfigure(
   // Restoring a checkpoint reads the shard's files: allow for large models.
   SetTimeout(&context, std::chrono::seconds(60));
   v1::ReconfigureResponse response;
-  absl::Status s =
-      FromGrpcStatus(Stub(address)->Reconfigure(&context, request, &response));
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(FromGrpcStatus(Stub(address)->Reconfigure(&context, request, &response)));
   return response;
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/ps/aggregator.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
@@ -30,10 +31,9 @@ class ArrivalAggregator : public Aggregator {
                        expected, " on partition ", c.partition));
     }
     const int64_t chunk = c.samples == 0 ? 0 : c.offset / ctx_.chunk_elems;
-    absl::StatusOr<PushTracker::Arrival> arrival =
-        p.tracker.Record(member, chunk, c.samples);
-    if (!arrival.ok()) return arrival.status();
-    if (*arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
+    ASSIGN_OR_RETURN(const PushTracker::Arrival arrival,
+                     p.tracker.Record(member, chunk, c.samples));
+    if (arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
     float* staged = a.staging.data() + member * p.meta.size;
     if (c.samples > 0) std::memcpy(staged + c.offset, c.data, c.bytes);
     if (!p.tracker.Complete(member)) return PushOutcome::kPartial;

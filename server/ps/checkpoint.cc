@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/checksum/crc32c.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
@@ -55,9 +56,7 @@ absl::Status WriteCheckpoint(Env* env, const std::string& path,
 
 absl::StatusOr<CheckpointFile> ReadCheckpoint(Env* env,
                                               const std::string& path) {
-  absl::StatusOr<std::string> read = env->ReadFile(path);
-  if (!read.ok()) return read.status();
-  const std::string& data = *read;
+  ASSIGN_OR_RETURN(const std::string data, env->ReadFile(path));
   auto loss = [&path](const std::string& why) {
     return absl::DataLossError(
         absl::StrCat("checkpoint ", path, " is corrupt: ", why));

@@ -8,6 +8,7 @@
 #include "common/net/grpc_options.h"
 #include "common/net/retry.h"
 #include "common/status/grpc_status.h"
+#include "server/ps/job_report.h"
 
 namespace fulcrum {
 
@@ -64,6 +65,18 @@ bool ShardAgent::Register() {
   return true;
 }
 
+void ShardAgent::LogNewStalls(const v1::ShardJobStats& report) {
+  for (const v1::Stall& stall : report.stalls()) {
+    const std::string key = absl::StrCat(report.job_id(), "/",
+                                         stall.partition(), "/", stall.step());
+    if (!logged_stalls_.insert(key).second) continue;
+    std::cerr << "fulcrum-server: stall: job " << report.job_id() << " step "
+              << stall.step() << " partition " << stall.partition()
+              << " has waited " << stall.waited_seconds() << " s for "
+              << absl::StrJoin(stall.waiting_for(), ", ") << "\n";
+  }
+}
+
 void ShardAgent::Run() {
   if (!Register()) return;
   while (
@@ -77,49 +90,9 @@ void ShardAgent::Run() {
     for (const std::string& job_id : shard_->JobIds()) {
       absl::StatusOr<std::shared_ptr<JobShard>> job = shard_->Find(job_id);
       if (!job.ok()) continue;
-      const StalenessStats stats = (*job)->clocks().Stats();
       v1::ShardJobStats* out = request.add_jobs();
-      out->set_job_id(job_id);
-      for (const JobShard::Stall& stall : (*job)->Stalls(stall_threshold_)) {
-        v1::Stall* st = out->add_stalls();
-        st->set_shard_id(shard_id_);
-        st->set_partition(stall.partition);
-        st->set_step(stall.step);
-        st->set_waited_seconds(stall.waited_seconds);
-        for (const std::string& w : stall.waiting_for) st->add_waiting_for(w);
-        const std::string key =
-            absl::StrCat(job_id, "/", stall.partition, "/", stall.step);
-        if (logged_stalls_.insert(key).second) {
-          std::cerr << "fulcrum-server: stall: job " << job_id << " step "
-                    << stall.step << " partition " << stall.partition
-                    << " has waited " << stall.waited_seconds << " s for "
-                    << absl::StrJoin(stall.waiting_for, ", ") << "\n";
-        }
-      }
-      out->set_checkpoint_step(std::max<int64_t>(0, (*job)->LastCheckpoint()));
-      for (int64_t step : (*job)->CheckpointSteps()) out->add_checkpoint_steps(step);
-      out->set_generation((*job)->generation());
-      Ledger ledger;
-      if ((*job)->Ledger(&ledger)) {
-        out->set_has_ledger(true);
-        for (const auto& [chunk, e] : ledger) {
-          v1::LedgerEntry* entry = out->add_ledger();
-          entry->set_chunk(chunk);
-          entry->set_end(e.end);
-          entry->set_samples(e.samples);
-        }
-      }
-      v1::StalenessSummary* st = out->mutable_staleness();
-      st->set_reads(stats.reads);
-      st->set_max(stats.max);
-      st->set_mean(
-          stats.reads > 0 ? static_cast<double>(stats.sum) / stats.reads : 0.0);
-      if (stats.reads > 0) {
-        const int64_t buckets =
-            std::min<int64_t>(stats.max + 1, StalenessStats::kBuckets);
-        for (int64_t i = 0; i < buckets; ++i)
-          st->add_histogram(stats.counts[i]);
-      }
+      *out = JobReport(**job, shard_id_, stall_threshold_);
+      LogNewStalls(*out);
     }
     v1::ShardHeartbeatResponse response;
     grpc::Status s = stub_->ShardHeartbeat(&context, request, &response);

@@ -32,6 +32,8 @@ class ShardAgent {
  private:
   void Run();
   bool Register();
+  // Logs each stall once.
+  void LogNewStalls(const v1::ShardJobStats& report);
 
   const std::string advertise_address_;
   const absl::Duration stall_threshold_;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/ps/aggregator.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
@@ -31,10 +32,9 @@ class SyncAggregator : public Aggregator {
     }
     if (p.tracker.Complete(member)) return PushOutcome::kAlreadyComplete;
     const int64_t chunk = c.samples == 0 ? 0 : c.offset / ctx_.chunk_elems;
-    absl::StatusOr<PushTracker::Arrival> arrival =
-        p.tracker.Record(member, chunk, c.samples);
-    if (!arrival.ok()) return arrival.status();
-    if (*arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
+    ASSIGN_OR_RETURN(const PushTracker::Arrival arrival,
+                     p.tracker.Record(member, chunk, c.samples));
+    if (arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
     PartitionState::Barrier& b = p.barrier;
     b.stop_requested |= c.stop;
     if (p.tracks_ledger && c.samples > 0) b.ranges[member] = c.range;

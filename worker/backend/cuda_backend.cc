@@ -21,6 +21,22 @@ std::string CublasError(cublasStatus_t s) {
   return absl::StrCat("cuBLAS status ", static_cast<int>(s));
 }
 
+// Return an INTERNAL status naming `what` when a CUDA (cuBLAS) call fails.
+#define CUDA_RETURN_IF_ERROR(expr, what)                                  \
+  do {                                                                    \
+    const cudaError_t fulcrum_cuda_ = (expr);                             \
+    if (fulcrum_cuda_ != cudaSuccess)                                     \
+      return absl::InternalError(                                         \
+          absl::StrCat(what, ": ", CudaError(fulcrum_cuda_)));            \
+  } while (0)
+#define CUBLAS_RETURN_IF_ERROR(expr, what)                                \
+  do {                                                                    \
+    const cublasStatus_t fulcrum_cublas_ = (expr);                        \
+    if (fulcrum_cublas_ != CUBLAS_STATUS_SUCCESS)                         \
+      return absl::InternalError(                                         \
+          absl::StrCat(what, ": ", CublasError(fulcrum_cublas_)));        \
+  } while (0)
+
 // cuBLAS, loaded when the first CudaBackend is created rather than linked:
 // libcublasLt's ~94 KiB of thread-local storage would otherwise count
 // against every thread's stack, and libraries that create threads with
@@ -91,6 +107,74 @@ struct CudaBackend::Impl {
   // queued so far on the copy stream finished.
   cudaEvent_t h2d_ready = nullptr;
   cudaEvent_t h2d_done = nullptr;
+
+  // Streams and cuBLAS of `device`.
+  absl::Status Init(const CudaBackend::Options& options) {
+    const std::string where = absl::StrCat("cuda:", options.device);
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device), where);
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), where);
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking), where);
+    const Cublas& b = LoadCublas();
+    if (!b.error.empty()) return absl::FailedPreconditionError(b.error);
+    CUBLAS_RETURN_IF_ERROR(b.create(&blas), where);
+    CUBLAS_RETURN_IF_ERROR(b.set_stream(blas, compute), where);
+    CUBLAS_RETURN_IF_ERROR(
+        b.set_math_mode(blas, options.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                           : CUBLAS_DEFAULT_MATH),
+        where);
+    return absl::OkStatus();
+  }
+  // Room for `rows` labels, losses and hit counts on both sides.
+  absl::Status GrowScratch(int rows) {
+    if (rows <= rows_capacity) return absl::OkStatus();
+    cudaFree(labels_dev);
+    cudaFree(loss_dev);
+    cudaFree(correct_dev);
+    cudaFreeHost(labels_host);
+    cudaFreeHost(loss_host);
+    cudaFreeHost(correct_host);
+    labels_dev = correct_dev = labels_host = correct_host = nullptr;
+    loss_dev = loss_host = nullptr;
+    rows_capacity = 0;
+    const char* what = "softmax scratch";
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&labels_dev, rows * sizeof(int32_t)), what);
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&loss_dev, rows * sizeof(double)), what);
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&correct_dev, rows * sizeof(int32_t)), what);
+    CUDA_RETURN_IF_ERROR(cudaMallocHost(&labels_host, rows * sizeof(int32_t)),
+                         what);
+    CUDA_RETURN_IF_ERROR(cudaMallocHost(&loss_host, rows * sizeof(double)),
+                         what);
+    CUDA_RETURN_IF_ERROR(
+        cudaMallocHost(&correct_host, rows * sizeof(int32_t)), what);
+    rows_capacity = rows;
+    return absl::OkStatus();
+  }
+  // Loss and hits of `rows` logits (dlogits too when not null), back on
+  // the host.
+  absl::Status Softmax(int rows, int cols, const float* logits,
+                       const int32_t* labels, float scale, float* dlogits) {
+    const char* what = "softmax cross-entropy";
+    std::copy(labels, labels + rows, labels_host);
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(labels_dev, labels_host, rows * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, compute),
+        what);
+    cuda::SoftmaxCrossEntropy(rows, cols, logits, labels_dev, scale, dlogits,
+                              loss_dev, correct_dev, compute);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError(), what);
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(loss_host, loss_dev, rows * sizeof(double),
+                        cudaMemcpyDeviceToHost, compute),
+        what);
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(correct_host, correct_dev, rows * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, compute),
+        what);
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute), what);
+    return absl::OkStatus();
+  }
 };
 
 int CudaBackend::DeviceCount() {
@@ -116,29 +200,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   }
   auto impl = std::make_unique<Impl>();
   impl->device = options.device;
-  cudaError_t e = cudaSetDevice(options.device);
-  if (e == cudaSuccess)
-    e = cudaStreamCreateWithFlags(&impl->compute, cudaStreamNonBlocking);
-  if (e == cudaSuccess)
-    e = cudaStreamCreateWithFlags(&impl->copy, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    return absl::InternalError(
-        absl::StrCat("cuda:", options.device, ": ", CudaError(e)));
-  }
-  const Cublas& blas = LoadCublas();
-  if (!blas.error.empty()) return absl::FailedPreconditionError(blas.error);
-  cublasStatus_t b = blas.create(&impl->blas);
-  if (b == CUBLAS_STATUS_SUCCESS)
-    b = blas.set_stream(impl->blas, impl->compute);
-  if (b == CUBLAS_STATUS_SUCCESS) {
-    b = blas.set_math_mode(impl->blas, options.tf32
-                                           ? CUBLAS_TF32_TENSOR_OP_MATH
-                                           : CUBLAS_DEFAULT_MATH);
-  }
-  if (b != CUBLAS_STATUS_SUCCESS) {
-    return absl::InternalError(
-        absl::StrCat("cuda:", options.device, ": ", CublasError(b)));
-  }
+  if (absl::Status s = impl->Init(options); !s.ok()) return s;
   constexpr int kTickets = 64;
   for (int i = 0; i < kTickets; ++i) {
     cudaEvent_t r, d;
@@ -176,6 +238,14 @@ CudaBackend::~CudaBackend() {
   if (impl_->blas != nullptr) LoadCublas().destroy(impl_->blas);
   cudaStreamDestroy(impl_->compute);
   cudaStreamDestroy(impl_->copy);
+}
+
+bool CudaBackend::Check(const absl::Status& s) {
+  if (!s.ok() && status_.ok()) {
+    status_ = absl::Status(s.code(), absl::StrCat(name_, ": ", s.message()));
+    std::cerr << "fulcrum-worker: " << status_ << "\n";
+  }
+  return s.ok();
 }
 
 bool CudaBackend::Check(bool ok, const std::string& what) {
@@ -305,45 +375,9 @@ void CudaBackend::ReluGrad(int64_t n, const float* y, float* dy) {
 bool CudaBackend::RunSoftmax(int rows, int cols, const float* logits,
                              const int32_t* labels, float scale,
                              float* dlogits) {
-  Impl& d = *impl_;
-  if (rows > d.rows_capacity) {
-    cudaFree(d.labels_dev);
-    cudaFree(d.loss_dev);
-    cudaFree(d.correct_dev);
-    cudaFreeHost(d.labels_host);
-    cudaFreeHost(d.loss_host);
-    cudaFreeHost(d.correct_host);
-    cudaError_t e = cudaMalloc(&d.labels_dev, rows * sizeof(int32_t));
-    if (e == cudaSuccess) e = cudaMalloc(&d.loss_dev, rows * sizeof(double));
-    if (e == cudaSuccess)
-      e = cudaMalloc(&d.correct_dev, rows * sizeof(int32_t));
-    if (e == cudaSuccess)
-      e = cudaMallocHost(&d.labels_host, rows * sizeof(int32_t));
-    if (e == cudaSuccess)
-      e = cudaMallocHost(&d.loss_host, rows * sizeof(double));
-    if (e == cudaSuccess)
-      e = cudaMallocHost(&d.correct_host, rows * sizeof(int32_t));
-    if (!Check(e == cudaSuccess, "softmax scratch: " + CudaError(e)))
-      return false;
-    d.rows_capacity = rows;
-  }
-  std::copy(labels, labels + rows, d.labels_host);
-  cudaError_t e = cudaMemcpyAsync(d.labels_dev, d.labels_host,
-                                  rows * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, d.compute);
-  if (e == cudaSuccess) {
-    cuda::SoftmaxCrossEntropy(rows, cols, logits, d.labels_dev, scale, dlogits,
-                              d.loss_dev, d.correct_dev, d.compute);
-    e = cudaGetLastError();
-  }
-  if (e == cudaSuccess)
-    e = cudaMemcpyAsync(d.loss_host, d.loss_dev, rows * sizeof(double),
-                        cudaMemcpyDeviceToHost, d.compute);
-  if (e == cudaSuccess)
-    e = cudaMemcpyAsync(d.correct_host, d.correct_dev, rows * sizeof(int32_t),
-                        cudaMemcpyDeviceToHost, d.compute);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(d.compute);
-  return Check(e == cudaSuccess, "softmax cross-entropy: " + CudaError(e));
+  absl::Status s = impl_->GrowScratch(rows);
+  if (s.ok()) s = impl_->Softmax(rows, cols, logits, labels, scale, dlogits);
+  return Check(s);
 }
 
 double CudaBackend::SoftmaxCrossEntropy(int rows, int cols,

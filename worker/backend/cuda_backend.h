@@ -64,6 +64,8 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(std::unique_ptr<Impl> impl, std::string name);
   // Records the first failure; returns whether `ok`.
   bool Check(bool ok, const std::string& what);
+  // The same for a status (its code kept).
+  bool Check(const absl::Status& s);
   // Row-wise loss/accuracy into the host mirrors; false on a CUDA error.
   bool RunSoftmax(int rows, int cols, const float* logits,
                   const int32_t* labels, float scale, float* dlogits);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
@@ -55,8 +56,7 @@ absl::Status ReadExactly(gzFile f, void* out, int64_t n,
 absl::StatusOr<uint32_t> ReadBigEndian32(gzFile f, const std::string& path,
                                          const char* what) {
   unsigned char b[4];
-  absl::Status s = ReadExactly(f, b, 4, path, what);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(ReadExactly(f, b, 4, path, what));
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) |
          (uint32_t{b[2]} << 8) | b[3];
 }
@@ -65,17 +65,15 @@ absl::StatusOr<uint32_t> ReadBigEndian32(gzFile f, const std::string& path,
 absl::StatusOr<std::vector<uint32_t>> ReadHeader(gzFile f,
                                                  const std::string& path,
                                                  uint32_t magic, int dims) {
-  absl::StatusOr<uint32_t> m = ReadBigEndian32(f, path, "the header");
-  if (!m.ok()) return m.status();
-  if (*m != magic) {
+  ASSIGN_OR_RETURN(const uint32_t m, ReadBigEndian32(f, path, "the header"));
+  if (m != magic) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: bad IDX magic 0x%08x, expected 0x%08x", path, *m, magic));
+        "%s: bad IDX magic 0x%08x, expected 0x%08x", path, m, magic));
   }
   std::vector<uint32_t> sizes;
   for (int i = 0; i < dims; ++i) {
-    absl::StatusOr<uint32_t> d = ReadBigEndian32(f, path, "the header");
-    if (!d.ok()) return d.status();
-    sizes.push_back(*d);
+    ASSIGN_OR_RETURN(const uint32_t d, ReadBigEndian32(f, path, "the header"));
+    sizes.push_back(d);
   }
   return sizes;
 }
@@ -89,39 +87,33 @@ std::string Pick(const std::string& dir, const std::string& name) {
 
 absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path,
                                         int64_t limit) {
-  absl::StatusOr<GzPtr> f = Open(path);
-  if (!f.ok()) return f.status();
-  absl::StatusOr<std::vector<uint32_t>> dims =
-      ReadHeader(f->get(), path, 0x00000803, 3);
-  if (!dims.ok()) return dims.status();
+  ASSIGN_OR_RETURN(GzPtr f, Open(path));
+  ASSIGN_OR_RETURN(const std::vector<uint32_t> dims,
+                   ReadHeader(f.get(), path, 0x00000803, 3));
   IdxImages out;
-  out.count = (*dims)[0];
-  out.rows = static_cast<int>((*dims)[1]);
-  out.cols = static_cast<int>((*dims)[2]);
+  out.count = dims[0];
+  out.rows = static_cast<int>(dims[1]);
+  out.cols = static_cast<int>(dims[2]);
   if (out.rows <= 0 || out.cols <= 0 || out.rows > 4096 || out.cols > 4096) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": implausible image size ", out.rows, "x", out.cols));
   }
   if (limit > 0 && limit < out.count) out.count = limit;
   out.pixels.resize(out.count * out.rows * out.cols);
-  absl::Status s = ReadExactly(f->get(), out.pixels.data(), out.pixels.size(),
-                               path, "pixels");
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(ReadExactly(f.get(), out.pixels.data(), out.pixels.size(),
+                              path, "pixels"));
   return out;
 }
 
 absl::StatusOr<std::vector<int32_t>> ReadIdxLabels(const std::string& path,
                                                    int64_t limit) {
-  absl::StatusOr<GzPtr> f = Open(path);
-  if (!f.ok()) return f.status();
-  absl::StatusOr<std::vector<uint32_t>> dims =
-      ReadHeader(f->get(), path, 0x00000801, 1);
-  if (!dims.ok()) return dims.status();
-  int64_t count = (*dims)[0];
+  ASSIGN_OR_RETURN(GzPtr f, Open(path));
+  ASSIGN_OR_RETURN(const std::vector<uint32_t> dims,
+                   ReadHeader(f.get(), path, 0x00000801, 1));
+  int64_t count = dims[0];
   if (limit > 0 && limit < count) count = limit;
   std::vector<uint8_t> raw(count);
-  absl::Status s = ReadExactly(f->get(), raw.data(), count, path, "labels");
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(ReadExactly(f.get(), raw.data(), count, path, "labels"));
   return std::vector<int32_t>(raw.begin(), raw.end());
 }
 

@@ -1,4 +1,4 @@
-#include "worker/backend/simulated_device_backend.h"
+#include "worker/testing/simulated_device_backend.h"
 
 #include <vector>
 

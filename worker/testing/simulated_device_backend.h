@@ -16,8 +16,8 @@
 // Kernels are CpuBackend's, so results are comparable bit for bit.
 //
 // Thread safety: one thread at a time, like every Backend.
-#ifndef FULCRUM_WORKER_BACKEND_SIMULATED_DEVICE_BACKEND_H_
-#define FULCRUM_WORKER_BACKEND_SIMULATED_DEVICE_BACKEND_H_
+#ifndef FULCRUM_WORKER_TESTING_SIMULATED_DEVICE_BACKEND_H_
+#define FULCRUM_WORKER_TESTING_SIMULATED_DEVICE_BACKEND_H_
 
 #include <map>
 #include <memory>
@@ -91,4 +91,4 @@ class SimulatedDeviceBackend final : public Backend {
 
 }  // namespace fulcrum
 
-#endif  // FULCRUM_WORKER_BACKEND_SIMULATED_DEVICE_BACKEND_H_
+#endif  // FULCRUM_WORKER_TESTING_SIMULATED_DEVICE_BACKEND_H_
