@@ -24,19 +24,11 @@ struct GrpcParameterChannel::Stream {
   std::vector<int32_t> partitions;
   std::unique_ptr<v1::ParameterServer::Stub> stub;
   std::thread sender, receiver;
-  struct Item {
-    int32_t id;
-    int64_t step;
-    int64_t samples;
-    const float* grads;
-    bool stop;
-    PushRange range;
-  };
   absl::Mutex mu;
-  std::vector<Item> queue ABSL_GUARDED_BY(mu);  // capacity reserved up front
-  // Items of the current step already written: sent again on a new
+  std::vector<QueuedPush> queue ABSL_GUARDED_BY(mu);  // reserved up front
+  // Pushes of the current step already written: sent again on a new
   // connection. Cleared when the step's parameters arrived.
-  std::vector<Item> sent ABSL_GUARDED_BY(mu);
+  std::vector<QueuedPush> sent ABSL_GUARDED_BY(mu);
   // The connection being opened or in use (for Cancel), and the one the
   // sender writes to (set once hello is written: one writer at a time).
   std::shared_ptr<Connection> attempt ABSL_GUARDED_BY(mu);
@@ -124,7 +116,7 @@ void GrpcParameterChannel::Push(int32_t id, int64_t step, int64_t samples,
 }
 
 void GrpcParameterChannel::SendLoop(Stream* s) {
-  std::vector<Stream::Item> batch;
+  std::vector<QueuedPush> batch;
   batch.reserve(layout_->partitions().size() * 4);
   v1::StreamRequest request;
   v1::Push* push = request.mutable_push();
@@ -143,7 +135,7 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
       s->sent.insert(s->sent.end(), batch.begin(), batch.end());
     }
     bool ok = true;
-    for (const Stream::Item& item : batch) {
+    for (const QueuedPush& item : batch) {
       const Partition& p = layout_->partitions()[item.id];
       push->set_step(item.step);
       push->set_partition(item.id);
@@ -158,18 +150,16 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
       } else {
         push->clear_range();
       }
-      const int64_t size = item.samples == 0 ? 0 : p.size;
-      int64_t offset = 0;
-      do {
-        const int64_t n = std::min(chunk_elems_, size - offset);
-        push->set_offset(offset);
-        push->mutable_data()->assign(
-            reinterpret_cast<const char*>(item.grads + p.offset + offset),
-            n * sizeof(float));
-        // A failed write: the receiver reconnects and re-queues `sent`.
-        ok = conn->rw->Write(request);
-        offset += n;
-      } while (ok && offset < size);
+      // A failed write: the receiver reconnects and re-queues `sent`.
+      ok = ForEachChunk(p, item.samples, chunk_elems_,
+                        [&](int64_t offset, int64_t n) {
+                          push->set_offset(offset);
+                          push->mutable_data()->assign(
+                              reinterpret_cast<const char*>(
+                                  item.grads + p.offset + offset),
+                              n * sizeof(float));
+                          return conn->rw->Write(request);
+                        });
       if (!ok) break;
     }
     batch.clear();

@@ -56,6 +56,9 @@ absl::StatusOr<int64_t> WorkerSession::Join() {
 }
 
 absl::Status WorkerSession::NextGeneration(const absl::Status& why) {
+  // The generation ended: nothing of its channel is worth waiting for (a
+  // shard may hold a read for the step timeout).
+  if (channel_ != nullptr) channel_->Cancel();
   Close().IgnoreError();
   const bool ended = why.code() == absl::StatusCode::kAborted ||
                      why.code() == absl::StatusCode::kUnavailable;

@@ -16,6 +16,7 @@
 #ifndef FULCRUM_COMMON_DATAPLANE_PARAMETER_CHANNEL_H_
 #define FULCRUM_COMMON_DATAPLANE_PARAMETER_CHANNEL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +34,33 @@ namespace fulcrum {
 struct PushRange {
   int64_t chunk = -1, begin = 0, end = 0;
 };
+
+// A push as a channel queues it: ParameterChannel::Push's arguments.
+struct QueuedPush {
+  int32_t id;
+  int64_t step;
+  int64_t samples;
+  const float* grads;
+  bool stop;
+  PushRange range;
+};
+
+// The chunks a push of partition `p` travels in: calls `send(offset, count)`
+// for each run of at most `chunk_elems` elements in order, or once with
+// (0, 0) for an empty push (samples = 0); stops at the first `send` that
+// returns false. Returns whether every call did.
+inline bool ForEachChunk(const Partition& p, int64_t samples,
+                         int64_t chunk_elems,
+                         absl::FunctionRef<bool(int64_t, int64_t)> send) {
+  const int64_t size = samples == 0 ? 0 : p.size;
+  int64_t offset = 0;
+  do {
+    const int64_t n = std::min(chunk_elems, size - offset);
+    if (!send(offset, n)) return false;
+    offset += n;
+  } while (offset < size);
+  return true;
+}
 
 struct ChannelOptions {
   std::string job_id;

@@ -22,18 +22,25 @@ std::string TestDir(const std::string& name) {
 
 using testing::TinySpec;
 
-TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
-  const std::string dir = TestDir("coordinator_state");
+// A coordinator's surroundings that outlive it: its state directory on a
+// fault-injecting file system with a fake clock, and its shards.
+struct Durable {
+  explicit Durable(const std::string& name) {
+    options.env = &env;
+    options.executor = &inline_executor;  // shard calls done in Tick()
+    options.state_dir = TestDir(name);
+  }
   testing::FaultInjectionEnv env;
   InlineExecutor inline_executor;
   FakeShards shards;
   Coordinator::Options options;
-  options.env = &env;
-  options.executor = &inline_executor;
-  options.state_dir = dir;
+};
+
+TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
+  Durable d("coordinator_state");
   std::string job, w1, w2, s1;
   {
-    Coordinator first(options, &shards);
+    Coordinator first(d.options, &d.shards);
     ASSERT_TRUE(first.Recover().ok());
     const v1::JobSpec spec = TinySpec(2, 2, 1);
     job = *first.SubmitJob(spec);
@@ -45,7 +52,7 @@ TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
     first.Tick();
     ASSERT_EQ(first.GetJob(job)->state(), v1::RUNNING);
   }  // the coordinator "crashes": nothing but the state dir survives
-  Coordinator second(options, &shards);
+  Coordinator second(d.options, &d.shards);
   ASSERT_TRUE(second.Recover().ok());
   v1::JobStatus status = *second.GetJob(job);
   EXPECT_EQ(status.state(), v1::RUNNING);
@@ -94,22 +101,15 @@ TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
 // heartbeat crashed the coordinator (jobs_.at on a missing key). A
 // rejected request changes no state.
 TEST(CoordinatorRecoveryTest, ARejectedReportAdoptsNobody) {
-  const std::string dir = TestDir("coordinator_report");
-  testing::FaultInjectionEnv env;
-  InlineExecutor inline_executor;
-  FakeShards shards;
-  Coordinator::Options options;
-  options.env = &env;
-  options.executor = &inline_executor;
-  options.state_dir = dir;
+  Durable d("coordinator_report");
   std::string w1;
   {
-    Coordinator first(options, &shards);
+    Coordinator first(d.options, &d.shards);
     ASSERT_TRUE(first.Recover().ok());
     ASSERT_TRUE(first.SubmitJob(TinySpec(1, 1, 1)).ok());
     w1 = first.RegisterWorker({})->worker_id();
   }
-  Coordinator second(options, &shards);
+  Coordinator second(d.options, &d.shards);
   ASSERT_TRUE(second.Recover().ok());
   v1::ReportProgressRequest report;
   report.set_worker_id(w1);
@@ -138,19 +138,12 @@ TEST(CoordinatorRecoveryTest, ARejectedReportAdoptsNobody) {
 // A journal that cannot make a submission durable refuses it: no job, and
 // the next submission (the disk back) is recorded and survives a restart.
 TEST(CoordinatorRecoveryTest, ASubmissionThatIsNotDurableIsRefused) {
-  const std::string dir = TestDir("coordinator_disk");
-  testing::FaultInjectionEnv env;
-  InlineExecutor inline_executor;
-  FakeShards shards;
-  Coordinator::Options options;
-  options.env = &env;
-  options.executor = &inline_executor;
-  options.state_dir = dir;
+  Durable d("coordinator_disk");
   std::string kept;
   {
-    Coordinator c(options, &shards);
+    Coordinator c(d.options, &d.shards);
     ASSERT_TRUE(c.Recover().ok());
-    env.FailOn(testing::FaultInjectionEnv::Op::kSync, "/log",
+    d.env.FailOn(testing::FaultInjectionEnv::Op::kSync, "/log",
                absl::InternalError("injected: I/O error"));
     auto refused = c.SubmitJob(TinySpec(1, 1, 1));
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
@@ -160,7 +153,7 @@ TEST(CoordinatorRecoveryTest, ASubmissionThatIsNotDurableIsRefused) {
     ASSERT_TRUE(accepted.ok()) << accepted.status();
     kept = *accepted;
   }
-  Coordinator restarted(options, &shards);
+  Coordinator restarted(d.options, &d.shards);
   ASSERT_TRUE(restarted.Recover().ok());
   ASSERT_EQ(restarted.ListJobs().size(), 1u);
   EXPECT_EQ(restarted.ListJobs()[0].job_id(), kept);

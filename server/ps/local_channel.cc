@@ -11,16 +11,8 @@ struct LocalParameterChannel::Link : public ParamsWriter {
   LocalParameterChannel* channel = nullptr;
   int shard = 0;
   std::thread thread;
-  struct Item {
-    int32_t id;
-    int64_t step;
-    int64_t samples;
-    const float* grads;
-    bool stop;
-    PushRange range;
-  };
   absl::Mutex mu;
-  std::vector<Item> queue ABSL_GUARDED_BY(mu);
+  std::vector<QueuedPush> queue ABSL_GUARDED_BY(mu);
   bool closing ABSL_GUARDED_BY(mu) = false;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
 
@@ -103,7 +95,7 @@ void LocalParameterChannel::Serve(Link* link) {
   }
   if (!stream.ok()) return arrivals_.Fail(stream.status());
   const int64_t chunk_elems = options_.chunk_bytes / 4;
-  std::vector<Link::Item> batch;
+  std::vector<QueuedPush> batch;
   for (;;) {
     {
       absl::MutexLock lock(&link->mu);
@@ -115,29 +107,28 @@ void LocalParameterChannel::Serve(Link* link) {
       if (link->queue.empty()) return;  // closing
       batch.swap(link->queue);
     }
-    for (const Link::Item& item : batch) {
+    for (const QueuedPush& item : batch) {
       const Partition& p = layout_->partitions()[item.id];
-      const int64_t size = item.samples == 0 ? 0 : p.size;
-      int64_t offset = 0;
-      do {
+      absl::Status failed;
+      ForEachChunk(p, item.samples, chunk_elems, [&](int64_t offset, int64_t n) {
         PushChunk c;
         c.step = item.step;
         c.partition = item.id;
         c.offset = offset;
         c.samples = item.samples;
-        const int64_t n = std::min(chunk_elems, size - offset);
         c.data = reinterpret_cast<const char*>(item.grads + p.offset + offset);
         c.bytes = n * sizeof(float);
         c.stop = item.stop;
         if (item.samples > 0)
           c.range = {item.range.chunk, item.range.begin, item.range.end};
-        if (absl::Status s = (*stream)->Push(c); !s.ok()) {
-          // After Close or Cancel the waits have ended already.
-          if (!link->Stopped()) arrivals_.Fail(s);
-          return;
-        }
-        offset += n;
-      } while (offset < size);
+        failed = (*stream)->Push(c);
+        return failed.ok();
+      });
+      if (!failed.ok()) {
+        // After Close or Cancel the waits have ended already.
+        if (!link->Stopped()) arrivals_.Fail(failed);
+        return;
+      }
     }
     batch.clear();
   }
