@@ -554,10 +554,10 @@ TEST(CoordinatorPoolTest, ASlowShardHoldsOnlyItsOwnJob) {
   v1::RegisterShardRequest r;
   r.set_address("127.0.0.1:1");
   const std::string s1 = c.RegisterShard(r)->shard_id();
-  // Released for certain after 2 s, so that a coordinator calling InitJob
+  // Released for certain after 4 s, so that a coordinator calling InitJob
   // from its tick fails this test instead of hanging it.
   std::thread releaser([&] {
-    absl::SleepFor(absl::Seconds(2));
+    absl::SleepFor(absl::Seconds(4));
     release.Notify();
   });
   c.Tick();  // starts the job: its InitJob is now held on the pool
