@@ -3,22 +3,21 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/model_layout.h"
 
 namespace fulcrum {
 
 absl::Status ModelAssembler::Add(const v1::ExportChunk& chunk) {
   if (chunk.has_spec()) {
     const v1::JobSpec& spec = chunk.spec();
-    const std::vector<int> sizes(spec.model().layers().begin(),
-                                 spec.model().layers().end());
-    absl::StatusOr<ParameterLayout> layout =
-        ParameterLayout::ForMlp(sizes, spec.shards(), spec.partition_bytes());
+    absl::StatusOr<ParameterLayout> layout = LayoutForSpec(spec);
     if (!layout.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("spec: ", layout.status().message()));
     }
     layout_ = std::move(*layout);
-    model_.layers.assign(sizes.begin(), sizes.end());
+    model_.layers.assign(spec.model().layers().begin(),
+                         spec.model().layers().end());
     model_.params.assign(layout_->total_size(), 0.0f);
     received_.assign(layout_->partitions().size(), 0);
     return absl::OkStatus();

@@ -74,6 +74,46 @@ GrpcParameterChannel::Connect(Stream* s) {
   return conn;
 }
 
+absl::Status GrpcParameterChannel::Initialize(const float* values) {
+  for (int shard = 0; shard < layout_->num_shards(); ++shard) {
+    const std::vector<int32_t> ids = layout_->PartitionsOfShard(shard);
+    if (ids.empty()) continue;
+    if (shard >= static_cast<int>(options_.shard_addresses.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no address for shard ", shard));
+    }
+    auto stub = v1::ParameterServer::NewStub(
+        MakeChannel(options_.shard_addresses[shard]));
+    grpc::ClientContext context;
+    SetTimeout(&context,
+               absl::ToChronoMilliseconds(options_.connect_timeout));
+    v1::InitializeResponse response;
+    auto writer = stub->Initialize(&context, &response);
+    v1::InitializeRequest r;
+    r.set_job_id(options_.job_id);
+    r.set_worker_id(options_.worker_id);
+    r.set_generation(options_.generation);
+    bool ok = true;
+    for (int32_t id : ids) {
+      const Partition& p = layout_->partitions()[id];
+      r.set_partition(id);
+      ok = ok && ForEachChunk(p, 1, chunk_elems_, [&](int64_t offset, int64_t n) {
+        r.set_offset(offset);
+        r.set_data(values + p.offset + offset, n * sizeof(float));
+        return writer->Write(r);
+      });
+    }
+    writer->WritesDone();
+    const absl::Status s = FromGrpcStatus(writer->Finish());
+    // Another member was first: the job holds values; that is fine.
+    if (!s.ok() && s.code() != absl::StatusCode::kFailedPrecondition) {
+      return absl::Status(s.code(), absl::StrCat("initializing shard ", shard,
+                                                 ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> GrpcParameterChannel::Open() {
   const size_t n = layout_->partitions().size();
   stream_of_partition_.assign(n, -1);

@@ -41,6 +41,7 @@ class GrpcParameterChannel : public ParameterChannel {
                        float* params, ConfigureContext configure = nullptr);
   ~GrpcParameterChannel() override;
 
+  absl::Status Initialize(const float* values) override;
   absl::StatusOr<int64_t> Open() override;
   void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
             bool stop, PushRange range) override;

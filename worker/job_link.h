@@ -24,6 +24,9 @@ struct Assignment {
   int world_size = 1;
   int64_t generation = 1;
   std::vector<std::string> shard_addresses;
+  // The shards wait for this member's values (an external model's first,
+  // or after a membership change in gradient-averaging mode).
+  bool initialize = false;
 };
 
 // Assignment from the coordinator's message.

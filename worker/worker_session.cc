@@ -13,7 +13,8 @@ Assignment FromProto(const v1::WorkerAssignment& a) {
                     a.rank(),
                     a.world_size(),
                     a.generation(),
-                    {a.shard_addresses().begin(), a.shard_addresses().end()}};
+                    {a.shard_addresses().begin(), a.shard_addresses().end()},
+                    a.initialize()};
 }
 
 WorkerSession::WorkerSession(Options options, Assignment first,
@@ -45,6 +46,8 @@ absl::StatusOr<int64_t> WorkerSession::Join() {
   o.reconnect_timeout = options_.reconnect_timeout;
   o.on_reconnect = options_.on_reconnect;
   channel_ = channels_->Create(std::move(o), layout_, params_);
+  // Named to give the job its values: the caller's, in the buffer now.
+  if (assignment.initialize) RETURN_IF_ERROR(channel_->Initialize(params_));
   absl::StatusOr<int64_t> first = channel_->Open();
   if (first.ok()) {
     std::cerr << "fulcrum-worker: " << assignment.job_id << " generation "

@@ -62,7 +62,8 @@ class WorkerSession {
 
   // Joins the generation of assignment(): opens the channel and waits until
   // every partition's parameters have arrived. Returns the step to compute
-  // next.
+  // next. A member named to initialize (assignment().initialize) first
+  // uploads what the parameter buffer holds as the job's values.
   absl::StatusOr<int64_t> Join();
   const Assignment& assignment() const { return assignment_; }
 

@@ -100,6 +100,27 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
          }
          return absl::OkStatus();
        }},
+      {"tensors",
+       [m](const YAML::Node& n, const std::string& f) -> absl::Status {
+         if (!n.IsSequence())
+           return Bad(f, "must be a list of {name, shape}");
+         for (size_t i = 0; i < n.size(); ++i) {
+           const std::string at = absl::StrCat(f, "[", i, "]");
+           if (!n[i].IsMap() || !n[i]["name"] || !n[i]["shape"] ||
+               !n[i]["shape"].IsSequence())
+             return Bad(at, "must be {name: ..., shape: [...]}");
+           v1::TensorSpec* t = m->add_tensors();
+           t->set_name(n[i]["name"].as<std::string>(""));
+           for (size_t d = 0; d < n[i]["shape"].size(); ++d) {
+             int64_t v = 0;
+             RETURN_IF_ERROR(Read<int64_t>(n[i]["shape"][d],
+                                           absl::StrCat(at, ".shape[", d, "]"),
+                                           "an integer", &v));
+             t->add_shape(v);
+           }
+         }
+         return absl::OkStatus();
+       }},
   };
   const std::map<std::string, Handler> dataset = {
       {"format", Str(d->mutable_format())},
@@ -258,12 +279,21 @@ absl::Status ValidateSchedule(const v1::OptimizerSpec& o) {
 absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
   const std::string& t = o.type();
   const bool adam = t == "adam" || t == "adamw";
-  if (t != "sgd" && t != "momentum" && t != "nesterov" && !adam) {
-    return Bad(
-        "optimizer.type",
-        absl::StrCat(
-            "must be one of [sgd, momentum, nesterov, adam, adamw], got '", t,
-            "'"));
+  if (t != "sgd" && t != "momentum" && t != "nesterov" && !adam &&
+      t != "average") {
+    return Bad("optimizer.type",
+               absl::StrCat("must be one of [sgd, momentum, nesterov, adam, "
+                            "adamw, average], got '",
+                            t, "'"));
+  }
+  if (t == "average") {  // the workers' own optimizers apply the gradient
+    if (o.momentum() != 0 || o.weight_decay() != 0 || o.has_beta1() ||
+        o.has_beta2() || o.has_eps()) {
+      return Bad("optimizer.type",
+                 "average takes no hyper-parameters (the workers' optimizer "
+                 "has them)");
+    }
+    return absl::OkStatus();
   }
   if (!(o.lr() > 0) || !std::isfinite(o.lr())) {
     return Bad("optimizer.lr", absl::StrCat("must be > 0", Got(o.lr())));
@@ -320,6 +350,73 @@ absl::Status ValidateConsistency(const v1::ConsistencySpec& c) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateTensors(const v1::ModelSpec& m) {
+  if (m.tensors_size() > kMaxTensors) {
+    return Bad("model.tensors", absl::StrCat("must have at most ", kMaxTensors,
+                                             " tensors", Got(m.tensors_size())));
+  }
+  std::set<std::string> names;
+  int64_t total = 0;
+  for (int i = 0; i < m.tensors_size(); ++i) {
+    const v1::TensorSpec& t = m.tensors(i);
+    const std::string at = absl::StrCat("model.tensors[", i, "]");
+    if (t.name().empty() || t.name().size() > 256)
+      return Bad(at + ".name", "must be 1 to 256 characters");
+    if (!names.insert(t.name()).second)
+      return Bad(at + ".name", absl::StrCat("'", t.name(), "' is declared twice"));
+    if (t.shape_size() > 8)
+      return Bad(at + ".shape", absl::StrCat("has more than 8 dimensions",
+                                             Got(t.shape_size())));
+    int64_t size = 1;
+    for (int d = 0; d < t.shape_size(); ++d) {
+      if (t.shape(d) < 1 || t.shape(d) > (int64_t{1} << 32)) {
+        return Bad(absl::StrCat(at, ".shape[", d, "]"),
+                   absl::StrCat("must be in [1, 2^32]", Got(t.shape(d))));
+      }
+      size *= t.shape(d);
+      if (size > kMaxModelElements) break;
+    }
+    total += size;
+    if (size > kMaxModelElements || total > kMaxModelElements) {
+      return Bad("model.tensors",
+                 absl::StrCat("hold more than ", kMaxModelElements,
+                              " elements (", t.name(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateModel(const v1::ModelSpec& m) {
+  if (m.type() == "external") {
+    if (m.layers_size() > 0) {
+      return Bad("model.layers",
+                 "must be empty for an external model (its workers declare "
+                 "its tensors)");
+    }
+    return ValidateTensors(m);
+  }
+  if (m.type() != "mlp") {
+    return Bad("model.type", absl::StrCat("must be one of [mlp, external], got '",
+                                          m.type(), "'"));
+  }
+  if (m.tensors_size() > 0)
+    return Bad("model.tensors", "apply to model.type external only");
+  if (m.activation() != "relu") {
+    return Bad("model.activation", absl::StrCat("must be one of [relu], got '",
+                                                m.activation(), "'"));
+  }
+  if (m.layers_size() < 2)
+    return Bad("model.layers",
+               absl::StrCat("needs at least 2 sizes", Got(m.layers_size())));
+  for (int i = 0; i < m.layers_size(); ++i) {
+    if (m.layers(i) <= 0 || m.layers(i) > (1 << 16)) {
+      return Bad(absl::StrCat("model.layers[", i, "]"),
+                 absl::StrCat("must be in [1, 65536]", Got(m.layers(i))));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateCheckpoint(const v1::JobSpec& spec) {
   const v1::CheckpointSpec& c = spec.checkpoint();
   if (c.every_steps() < 0) {
@@ -352,9 +449,10 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
 }
 
 void ApplyDefaults(JobSpec* spec) {
-  if (spec->model().activation().empty())
+  const bool external = spec->model().type() == "external";
+  if (spec->model().activation().empty() && !external)
     spec->mutable_model()->set_activation("relu");
-  if (spec->dataset().format().empty())
+  if (spec->dataset().format().empty() && !external)
     spec->mutable_dataset()->set_format("idx");
   if (spec->dataset().sharding().empty())
     spec->mutable_dataset()->set_sharding("chunks");
@@ -385,33 +483,23 @@ void ApplyDefaults(JobSpec* spec) {
     spec->set_encoding(v1::ENCODING_FP32);
 }
 
+absl::Status ValidateModelSpec(const v1::ModelSpec& model) {
+  return ValidateModel(model);
+}
+
 absl::Status ValidateJobSpec(const JobSpec& spec) {
   auto got = [](auto v) { return absl::StrCat(", got ", v); };
   if (spec.name().empty()) return Bad("name", "must not be empty");
   if (spec.name().size() > 128)
     return Bad("name", "must be at most 128 characters");
-  const auto& m = spec.model();
-  if (m.type() != "mlp")
-    return Bad("model.type",
-               absl::StrCat("must be one of [mlp], got '", m.type(), "'"));
-  if (m.activation() != "relu") {
-    return Bad("model.activation", absl::StrCat("must be one of [relu], got '",
-                                                m.activation(), "'"));
-  }
-  if (m.layers_size() < 2)
-    return Bad("model.layers",
-               absl::StrCat("needs at least 2 sizes", got(m.layers_size())));
-  for (int i = 0; i < m.layers_size(); ++i) {
-    if (m.layers(i) <= 0 || m.layers(i) > (1 << 16)) {
-      return Bad(absl::StrCat("model.layers[", i, "]"),
-                 absl::StrCat("must be in [1, 65536]", got(m.layers(i))));
-    }
-  }
+  RETURN_IF_ERROR(ValidateModel(spec.model()));
   const auto& d = spec.dataset();
-  if (d.format() != "idx")
+  const bool external = spec.model().type() == "external";
+  if (!external && d.format() != "idx")
     return Bad("dataset.format",
                absl::StrCat("must be one of [idx], got '", d.format(), "'"));
-  if (d.dir().empty()) return Bad("dataset.dir", "must not be empty");
+  if (!external && d.dir().empty())
+    return Bad("dataset.dir", "must not be empty");
   if (d.train_limit() < 0)
     return Bad("dataset.train_limit",
                absl::StrCat("must be >= 0", got(d.train_limit())));
@@ -426,6 +514,14 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
 
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   RETURN_IF_ERROR(ValidateConsistency(spec.consistency()));
+  if (spec.optimizer().type() == "average" &&
+      !(spec.consistency().mode() == "sync" ||
+        (spec.consistency().mode() == "ssp" &&
+         spec.consistency().staleness() == 0))) {
+    return Bad("optimizer.type",
+               "average needs consistency.mode sync (every worker applies "
+               "the same averaged gradient)");
+  }
   RETURN_IF_ERROR(ValidateCheckpoint(spec));
   if (spec.batch_size() < 1 || spec.batch_size() > 65536) {
     return Bad("batch_size",

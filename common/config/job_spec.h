@@ -17,6 +17,9 @@ inline constexpr int64_t kDefaultChunkBytes = 1 << 20;
 inline constexpr int kDefaultChunkBatches = 16;
 inline constexpr int64_t kMaxChunkBytes = 4 << 20;
 inline constexpr int kDefaultEvalEverySteps = 200;
+// An external model: at most this many tensors and elements (4 GiB of fp32).
+inline constexpr int kMaxTensors = 65536;
+inline constexpr int64_t kMaxModelElements = int64_t{1} << 30;
 
 // Parses a job file. JSON is accepted too (it is YAML). Unknown keys and
 // values of the wrong type are INVALID_ARGUMENT naming the key. The result
@@ -28,6 +31,8 @@ void ApplyDefaults(v1::JobSpec* spec);
 
 // OK, or INVALID_ARGUMENT naming the first bad field. Call after ApplyDefaults.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+// The model part alone (an external model's tensors, as declared).
+absl::Status ValidateModelSpec(const v1::ModelSpec& model);
 
 }  // namespace fulcrum
 

@@ -104,8 +104,11 @@ TEST(JobSpecTest, ErrorsNameTheField) {
        "optimizer.lr must be > 0, got -1"},
       {"optimizer: {type: momentum, lr: 0}", "optimizer.lr must be > 0, got 0"},
       {"optimizer: {type: lamb, lr: 0.1}",
-       "optimizer.type must be one of [sgd, momentum, nesterov, adam, adamw], "
-       "got 'lamb'"},
+       "optimizer.type must be one of [sgd, momentum, nesterov, adam, adamw, "
+       "average], got 'lamb'"},
+      {"optimizer: {type: average, momentum: 0.9}",
+       "optimizer.type average takes no hyper-parameters"},
+
       {"optimizer: {type: adam, lr: 0.1, momentum: 0.9}",
        "optimizer.momentum must be 0 for optimizer.type adam (use beta1)"},
       {"optimizer: {type: nesterov, lr: 0.1}",
@@ -156,7 +159,18 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"model: {type: mlp, layers: [784, -5, 10]}",
        "model.layers[1] must be in [1, 65536], got -5"},
       {"model: {type: cnn, layers: [784, 10]}",
-       "model.type must be one of [mlp], got 'cnn'"},
+       "model.type must be one of [mlp, external], got 'cnn'"},
+      {"model: {type: external, layers: [784, 10]}",
+       "model.layers must be empty for an external model"},
+      {"model: {type: external, tensors: [{name: a, shape: [2]}, "
+       "{name: a, shape: [3]}]}",
+       "model.tensors[1].name 'a' is declared twice"},
+      {"model: {type: external, tensors: [{name: w, shape: [4, 0]}]}",
+       "model.tensors[0].shape[1] must be in [1, 2^32], got 0"},
+      {"model: {type: external, tensors: [{name: w, shape: [65536, 65536]}]}",
+       "model.tensors hold more than 1073741824 elements (w)"},
+      {"model: {type: mlp, layers: [4, 2], tensors: [{name: w, shape: [2]}]}",
+       "model.tensors apply to model.type external only"},
       {"model: {type: mlp, layers: [784, x]}",
        "model.layers[1] must be an integer, got 'x'"},
       {"target_accuracy: 1.5", "target_accuracy must be in [0, 1], got 1.5"},
@@ -180,6 +194,28 @@ TEST(JobSpecTest, ErrorsNameTheField) {
     EXPECT_NE(s.message().find(c.message), std::string::npos)
         << c.yaml << " -> " << s.message();
   }
+}
+
+// An external model: declared by its workers, so no layers and no dataset
+// directory; tensors may come with the spec.
+TEST(JobSpecTest, ExternalModelsNeedNoLayersOrDataset) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(
+      "name: cnn\nmodel: {type: external, tensors: [{name: conv1.weight, "
+      "shape: [32, 1, 3, 3]}, {name: conv1.bias, shape: [32]}]}\n"
+      "optimizer: {type: momentum, lr: 0.05, momentum: 0.9}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  ASSERT_EQ(spec->model().tensors_size(), 2);
+  EXPECT_EQ(spec->model().tensors(0).shape_size(), 4);
+  EXPECT_EQ(spec->dataset().format(), "") << "no idx default for external";
+  spec = ParseJobSpec("name: later\nmodel: {type: external}\n"
+                      "optimizer: {type: average}\n");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  spec->mutable_consistency()->set_mode("async");
+  EXPECT_EQ(ValidateJobSpec(*spec).message(),
+            "optimizer.type average needs consistency.mode sync (every worker "
+            "applies the same averaged gradient)");
 }
 
 TEST(JobSpecTest, RejectsMalformedDocuments) {

@@ -79,6 +79,12 @@ class ParameterChannel {
  public:
   virtual ~ParameterChannel() = default;
 
+  // Uploads `values` (layout->total_size() floats, the whole model) as the
+  // job's initial values (an external model, whose first values come from
+  // the member the coordinator names). OK too when the shards hold values
+  // already (another member was first). Before Open.
+  virtual absl::Status Initialize(const float* values) = 0;
+
   // Connects to every shard holding partitions and waits until every
   // partition's current values have arrived in the parameter buffer.
   // Returns their clock: the step to compute next.

@@ -30,6 +30,18 @@ absl::StatusOr<ParameterLayout> ParameterLayout::ForMlp(
           absl::StrCat("model.layers[", i, "] must be > 0, got ", layers[i]));
     }
   }
+  std::vector<TensorInfo> tensors;
+  for (size_t i = 0; i + 1 < layers.size(); ++i) {
+    const int64_t in = layers[i], out = layers[i + 1];
+    const std::string prefix = absl::StrCat("fc", i + 1);
+    tensors.push_back({prefix + ".weight", {out, in}, 0, 0, in});
+    tensors.push_back({prefix + ".bias", {out}, 0, 0, in});
+  }
+  return ForTensors(std::move(tensors), num_shards, partition_bytes);
+}
+
+absl::StatusOr<ParameterLayout> ParameterLayout::ForTensors(
+    std::vector<TensorInfo> tensors, int num_shards, int64_t partition_bytes) {
   if (num_shards < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("shards must be >= 1, got ", num_shards));
@@ -38,18 +50,34 @@ absl::StatusOr<ParameterLayout> ParameterLayout::ForMlp(
     return absl::InvalidArgumentError(
         absl::StrCat("partition_bytes must be >= 4, got ", partition_bytes));
   }
+  if (tensors.empty())
+    return absl::InvalidArgumentError("the model has no tensors");
   ParameterLayout layout;
   layout.num_shards_ = num_shards;
   int64_t offset = 0;
-  for (size_t i = 0; i + 1 < layers.size(); ++i) {
-    const int64_t in = layers[i], out = layers[i + 1];
-    const std::string prefix = absl::StrCat("fc", i + 1);
-    layout.tensors_.push_back(
-        {prefix + ".weight", {out, in}, offset, out * in, in});
-    offset += out * in;
-    layout.tensors_.push_back({prefix + ".bias", {out}, offset, out, in});
-    offset += out;
+  for (TensorInfo& t : tensors) {
+    int64_t size = 1;
+    for (int64_t d : t.shape) {
+      if (d <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", t.name, "' has a dimension of ", d, " (must be > 0)"));
+      }
+      size *= d;
+      if (size > kMaxElements) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", t.name, "' has more than ", kMaxElements, " elements"));
+      }
+    }
+    t.offset = offset;
+    t.size = size;
+    if (t.fan_in <= 0) t.fan_in = t.shape.size() > 1 ? size / t.shape[0] : size;
+    offset += size;
+    if (offset > kMaxElements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model has more than ", kMaxElements, " elements"));
+    }
   }
+  layout.tensors_ = std::move(tensors);
   layout.total_size_ = offset;
   const int64_t spread = (offset + kPartitionsPerShard * num_shards - 1) /
                          (kPartitionsPerShard * num_shards);

@@ -38,11 +38,20 @@ class ParameterLayout {
   static constexpr int64_t kPartitionsPerShard = 4;
   static constexpr int64_t kMinPartitionElems = 4096;
 
+  // A model has at most this many elements (16 GiB of fp32).
+  static constexpr int64_t kMaxElements = int64_t{1} << 32;
+
   // `layers` = [inputs, hidden..., outputs]: one Linear (weight, bias) per
   // pair.
   static absl::StatusOr<ParameterLayout> ForMlp(const std::vector<int>& layers,
                                                 int num_shards,
                                                 int64_t partition_bytes);
+  // Any model: `tensors` in order, name and shape each (offset and size are
+  // computed; fan_in too when <= 0: the product of every dimension but the
+  // first). INVALID_ARGUMENT naming the tensor for a dimension <= 0.
+  static absl::StatusOr<ParameterLayout> ForTensors(
+      std::vector<TensorInfo> tensors, int num_shards,
+      int64_t partition_bytes);
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const std::vector<Partition>& partitions() const { return partitions_; }

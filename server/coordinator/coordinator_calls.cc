@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config/job_spec.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/job_status_view.h"
@@ -125,6 +126,19 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
+    if (!request.job_id().empty()) {  // an external trainer of one job
+      const Job* job = FindJob(request.job_id());
+      if (job == nullptr) {
+        return absl::NotFoundError(
+            absl::StrCat("job_id '", request.job_id(), "' not found"));
+      }
+      if (!job->external()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job_id '", request.job_id(), "' has model.type '",
+            job->spec().model().type(),
+            "': fulcrum-worker trains it, not an external trainer"));
+      }
+    }
     bool persist = false;
     WorkerMember& w =
         members_.AddWorker(request, options_.env->Now(), &persist);
@@ -206,6 +220,8 @@ v1::WorkerHeartbeatResponse Coordinator::AssignmentOf(
     return response;
   }
   a->set_rank(static_cast<int32_t>(rank - members.begin()));
+  // The shards wait for the model's values: rank 0 uploads its own.
+  a->set_initialize(a->rank() == 0 && !job->awaiting_values.empty());
   a->set_world_size(members.size());
   a->set_generation(job->status.generation());
   for (const std::string& address : job->shard_addresses)
@@ -277,6 +293,13 @@ void Coordinator::TakeShardStats(const std::string& shard_id,
   if (index < shards.size()) {
     job->checkpoint_steps[index].assign(stats.checkpoint_steps().begin(),
                                         stats.checkpoint_steps().end());
+    if (job->external() && stats.generation() == job->status.generation()) {
+      if (stats.initialized()) {
+        job->awaiting_values.erase(index);
+      } else {
+        job->awaiting_values.insert(index);
+      }
+    }
     if (stats.has_ledger() && stats.generation() == job->status.generation()) {
       job->ledger.clear();
       for (const v1::LedgerEntry& e : stats.ledger()) job->ledger[e.chunk()] = e;
@@ -461,6 +484,81 @@ absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
   w->last_heartbeat = options_.env->Now();
   return chunks.Lease(request.worker_id(),
                       {request.done().begin(), request.done().end()});
+}
+
+namespace {
+
+// The first tensor whose name or shape differs, as a message; empty: none.
+std::string FirstDifference(const v1::ModelSpec& have,
+                            const google::protobuf::RepeatedPtrField<
+                                v1::TensorSpec>& want) {
+  auto shape = [](const v1::TensorSpec& t) {
+    return absl::StrCat("[", absl::StrJoin(t.shape(), ", "), "]");
+  };
+  const int n = std::max(have.tensors_size(), want.size());
+  for (int i = 0; i < n; ++i) {
+    if (i >= want.size()) {
+      return absl::StrCat("tensors[", i, "] '", have.tensors(i).name(),
+                          "' ", shape(have.tensors(i)), " is missing");
+    }
+    if (i >= have.tensors_size()) {
+      return absl::StrCat("tensors[", i, "] '", want[i].name(),
+                          "' is not in the job's model");
+    }
+    const v1::TensorSpec& h = have.tensors(i);
+    if (h.name() != want[i].name() ||
+        !std::equal(h.shape().begin(), h.shape().end(),
+                    want[i].shape().begin(), want[i].shape().end())) {
+      return absl::StrCat("tensors[", i, "] '", want[i].name(), "' ",
+                          shape(want[i]), " differs from the job's '",
+                          h.name(), "' ", shape(h));
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<v1::DeclareModelResponse> Coordinator::DeclareModel(
+    const v1::DeclareModelRequest& request) {
+  v1::DeclareModelResponse response;
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const WorkerMember* w = members_.FindWorker(request.worker_id());
+    if (w == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "worker_id '", request.worker_id(), "' is not registered"));
+    }
+    Job* job = FindJob(request.job_id());
+    if (job == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("job_id '", request.job_id(), "' not found"));
+    }
+    if (w->pinned_job != request.job_id()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("worker ", w->id, " registered for job '",
+                       w->pinned_job, "', not ", request.job_id()));
+    }
+    v1::ModelSpec declared = job->spec().model();
+    declared.mutable_tensors()->CopyFrom(request.tensors());
+    if (absl::Status s = ValidateModelSpec(declared); !s.ok()) return s;
+    if (job->spec().model().tensors_size() == 0) {
+      *job->status.mutable_spec()->mutable_model() = declared;
+      ticket = Persist(*job);
+    } else if (std::string diff = FirstDifference(job->spec().model(),
+                                                  request.tensors());
+               !diff.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the model does not match job ", job->id(), ": ", diff));
+    }
+    *response.mutable_spec() = job->spec();
+  }
+  if (absl::Status durable = Sync(ticket); !durable.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot record the model durably: ", durable.message()));
+  }
+  return response;
 }
 
 }  // namespace fulcrum

@@ -104,7 +104,9 @@ void Coordinator::StartJobs(absl::Time now, Effects* e) {
     Job& job = *jobs_[job_id];
     if (job.phase != JobPhase::kWaiting) continue;
     const v1::JobSpec& spec = job.spec();
-    std::vector<std::string> idle = members_.IdleWorkers();
+    // An external model starts once a worker declared its tensors.
+    if (job.external() && spec.model().tensors_size() == 0) continue;
+    std::vector<std::string> idle = members_.IdleWorkers(job_id, job.external());
     const std::vector<std::string> shard_ids =
         PlaceShards(members_.Candidates(ShardLoad()), spec.shards());
     if (static_cast<int>(idle.size()) < spec.workers().min() ||
@@ -183,6 +185,11 @@ void Coordinator::CommitLaunch(const std::string& job_id,
       job->status.set_start_time_unix(Unix(options_.env->Now()));
       job->status.set_message("");
       job->members = job->generation_workers();
+      job->awaiting_values.clear();
+      if (job->external()) {  // rank 0 uploads the model's first values
+        for (int i = 0; i < job->spec().shards(); ++i)
+          job->awaiting_values.insert(i);
+      }
       for (const std::string& w : job->status.workers())
         AddEvent(*job, "joined", w);
       for (const std::string& s : job->status.shards())
@@ -226,7 +233,7 @@ void Coordinator::OfferPlaces(absl::Time now) {
     Job& job = *jobs_[job_id];
     if (!job.running() || job.phase == JobPhase::kFinishing) continue;
     const int max = job.spec().workers().max();
-    for (const std::string& id : members_.IdleWorkers()) {
+    for (const std::string& id : members_.IdleWorkers(job_id, job.external())) {
       if (static_cast<int>(job.members.size()) + preparing[job_id] >= max)
         break;
       WorkerMember& w = *members_.FindWorker(id);
@@ -355,6 +362,7 @@ void Coordinator::CommitRound(const RoundPlan& plan, const RoundResult& r) {
   }
   job->ledger = r.ledger;
   if (job->chunks != nullptr) job->chunks->Rebuild(job->ledger);
+  job->awaiting_values = job->external() ? r.awaiting_values : std::set<int>();
   job->status.set_message("");
   std::cerr << "fulcrum-coordinator: job " << plan.job_id << " at generation "
             << plan.generation << " with " << absl::StrJoin(plan.workers, ", ")

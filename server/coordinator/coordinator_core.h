@@ -114,6 +114,12 @@ class Coordinator {
       const v1::ReportProgressRequest& request);
   absl::StatusOr<v1::LeaseChunkResponse> LeaseChunk(
       const v1::LeaseChunkRequest& request);
+  // An external model's tensors from a worker registered for its job: the
+  // first declaration becomes the job's (INVALID_ARGUMENT naming the bad
+  // field; nothing changes), a later one must match it
+  // (FAILED_PRECONDITION naming the first tensor that differs).
+  absl::StatusOr<v1::DeclareModelResponse> DeclareModel(
+      const v1::DeclareModelRequest& request);
 
  private:
   // Work planned under the lock, run after it: shard calls and journal

@@ -38,6 +38,8 @@ struct Job {
     return phase >= JobPhase::kRecovering && phase < JobPhase::kEnded;
   }
   bool pending() const { return phase < JobPhase::kRecovering; }
+  // Trained by external workers (fulcrum.torch) whose model it is.
+  bool external() const { return spec().model().type() == "external"; }
   const std::string& id() const { return status.job_id(); }
   const v1::JobSpec& spec() const { return status.spec(); }
   // The generation the shards serve.
@@ -63,6 +65,9 @@ struct Job {
   absl::Time recover_after = absl::InfinitePast();  // kRecovering
   absl::Time ready_since = absl::InfinitePast();    // kWaiting: min idle
   std::vector<std::string> shard_addresses;         // by shard index
+  // Shard indexes that wait for the model's values from a member (an
+  // external model; rank 0 is told to upload them).
+  std::set<int> awaiting_values;
   std::unique_ptr<ChunkTable> chunks;  // dataset.sharding "chunks"
   LedgerMap ledger;                    // latest from the shards
   std::map<std::string, v1::StalenessSummary> staleness;  // by shard id

@@ -30,6 +30,7 @@ WorkerMember& MemberRegistry::AddWorker(const v1::RegisterWorkerRequest& r,
   w.id = NewId("w-", persist);
   w.hostname = r.hostname();
   w.device = r.device().empty() ? "cpu" : r.device();
+  w.pinned_job = r.job_id();
   w.last_heartbeat = now;
   const std::string id = w.id;
   return workers_[id] = std::move(w);
@@ -67,10 +68,12 @@ ShardMember* MemberRegistry::ShardAt(const std::string& address) {
   return nullptr;
 }
 
-std::vector<std::string> MemberRegistry::IdleWorkers() const {
+std::vector<std::string> MemberRegistry::IdleWorkers(const std::string& job_id,
+                                                     bool external) const {
   std::vector<std::string> idle;
   for (const auto& [id, w] : workers_) {
-    if (w.job_id.empty()) idle.push_back(id);
+    const bool fits = external ? w.pinned_job == job_id : w.pinned_job.empty();
+    if (w.job_id.empty() && fits) idle.push_back(id);
   }
   return idle;
 }

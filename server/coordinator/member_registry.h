@@ -31,6 +31,9 @@ struct WorkerMember {
   bool preparing = false;
   absl::Time prepare_until;
   std::set<std::string> declined;  // jobs whose data it could not load
+  // An external trainer (fulcrum.torch) trains this job only; empty: any
+  // job of a built-in model.
+  std::string pinned_job;
 };
 
 struct ShardMember {
@@ -62,7 +65,10 @@ class MemberRegistry {
     return workers_;
   }
   const std::map<std::string, ShardMember>& shards() const { return shards_; }
-  std::vector<std::string> IdleWorkers() const;
+  // Idle workers that can train `job_id`: the ones pinned to it for an
+  // external model, the unpinned ones for a built-in model.
+  std::vector<std::string> IdleWorkers(const std::string& job_id,
+                                       bool external) const;
 
   // A member this coordinator issued before it restarted, not gone since:
   // heard from again, it is taken back.

@@ -89,21 +89,23 @@ absl::StatusOr<int64_t> Adopt(const RoundPlan& plan, int64_t restore_step,
   return align == INT64_MAX ? 0 : align;
 }
 
-// Phase 2 on every shard; the ledger of the one holding partition 0.
-absl::StatusOr<LedgerMap> Align(const RoundPlan& plan, int64_t align,
-                                ShardControl* shards) {
+// Phase 2 on every shard: the ledger of the one holding partition 0, and
+// which shards wait for values.
+absl::Status Align(const RoundPlan& plan, ShardControl* shards,
+                   RoundResult* result) {
   v1::ReconfigureRequest request = Phase1(plan);
-  request.set_align_version(align);
-  LedgerMap ledger;
-  for (const std::string& address : plan.addresses) {
+  request.set_align_version(result->align_version);
+  for (size_t i = 0; i < plan.addresses.size(); ++i) {
     absl::StatusOr<v1::ReconfigureResponse> r =
-        shards->Reconfigure(address, request);
-    if (!r.ok()) return AtShard(address, r.status());
+        shards->Reconfigure(plan.addresses[i], request);
+    if (!r.ok()) return AtShard(plan.addresses[i], r.status());
     if (r->has_ledger()) {
-      for (const v1::LedgerEntry& e : r->ledger()) ledger[e.chunk()] = e;
+      for (const v1::LedgerEntry& e : r->ledger())
+        result->ledger[e.chunk()] = e;
     }
+    if (!r->initialized()) result->awaiting_values.insert(static_cast<int>(i));
   }
-  return ledger;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -117,7 +119,7 @@ absl::StatusOr<RoundResult> RunRound(const RoundPlan& plan,
   }
   ASSIGN_OR_RETURN(result.align_version,
                    Adopt(plan, result.restore_step, shards));
-  ASSIGN_OR_RETURN(result.ledger, Align(plan, result.align_version, shards));
+  RETURN_IF_ERROR(Align(plan, shards, &result));
   return result;
 }
 

@@ -44,6 +44,7 @@ struct RoundResult {
   int64_t align_version = 0;  // the step every member resumes at
   int64_t restore_step = 0;   // restore: the checkpoint loaded (0: initial)
   LedgerMap ledger;           // what the parameters include
+  std::set<int> awaiting_values;  // shard indexes without values (external)
 };
 
 // Runs `plan` (see above). A failure that is a checkpoint failing to load

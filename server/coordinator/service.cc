@@ -114,6 +114,12 @@ grpc::Status CoordinatorService::ExportJob(
       [writer](const v1::ExportChunk& chunk) { return writer->Write(chunk); }));
 }
 
+grpc::Status CoordinatorService::DeclareModel(
+    grpc::ServerContext*, const v1::DeclareModelRequest* r,
+    v1::DeclareModelResponse* out) {
+  return Reply(core_->DeclareModel(*r), out);
+}
+
 v1::ParameterServer::Stub* GrpcShardControl::Stub(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto& stub = stubs_[address];

@@ -62,6 +62,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
                           v1::LeaseChunkResponse*) override;
   grpc::Status ExportJob(grpc::ServerContext*, const v1::ExportJobRequest*,
                          grpc::ServerWriter<v1::ExportChunk>*) override;
+  grpc::Status DeclareModel(grpc::ServerContext*,
+                            const v1::DeclareModelRequest*,
+                            v1::DeclareModelResponse*) override;
 
  private:
   grpc::Status Authorize(const grpc::ServerContext& context) const;

@@ -44,6 +44,7 @@ v1::ShardJobStats JobReport(JobShard& job, const std::string& shard_id,
     }
   }
   AddStaleness(job.clocks().Stats(), out.mutable_staleness());
+  out.set_initialized(job.initialized());
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config/job_spec.h"
+#include "common/config/model_layout.h"
 #include "common/status/status_macros.h"
 
 namespace fulcrum {
@@ -93,11 +94,7 @@ int64_t JobShard::read_bound() const {
 absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
     const JobInit& init) {
   RETURN_IF_ERROR(CheckInit(init));
-  const auto& layers = init.spec.model().layers();
-  ASSIGN_OR_RETURN(
-      ParameterLayout layout,
-      ParameterLayout::ForMlp(std::vector<int>(layers.begin(), layers.end()),
-                              init.num_shards, init.spec.partition_bytes()));
+  ASSIGN_OR_RETURN(ParameterLayout layout, LayoutForSpec(init.spec));
   std::unique_ptr<JobShard> job(new JobShard(init, std::move(layout)));
   const std::vector<int32_t> ids =
       job->layout_.PartitionsOfShard(init.shard_index);
@@ -136,6 +133,7 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
     job->ids_.push_back(id);
     job->slots_[id] = std::move(p);
   }
+  if (init.spec.model().type() == "external") job->AwaitValues();
   return job;
 }
 

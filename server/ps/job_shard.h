@@ -70,6 +70,7 @@ struct Adopted {
 struct Aligned {
   bool has_ledger = false;  // partition 0 is held here
   Ledger ledger;
+  bool initialized = true;  // the shard holds values (see Initialize)
 };
 
 class JobShard {
@@ -164,6 +165,20 @@ class JobShard {
   };
   std::vector<Stall> Stalls(absl::Duration threshold) const;
 
+  // External models (model.type external) start without values: a member
+  // uploads them (the coordinator names rank 0), chunk by chunk, and the
+  // job serves nobody until every chunk of every partition held here has
+  // arrived. In gradient-averaging mode (optimizer average) the shards hold
+  // no weights between steps, so every new generation (Adopt) asks for
+  // them again, and so does a restore of step 0. A chunk is checked like a
+  // push (INVALID_ARGUMENT naming the field; PERMISSION_DENIED, ABORTED or
+  // UNAVAILABLE for the member and generation); FAILED_PRECONDITION once
+  // the shard holds values: they are never replaced.
+  absl::Status Initialize(const std::string& worker_id, int64_t generation,
+                          int32_t partition, int64_t offset, const char* data,
+                          size_t bytes);
+  bool initialized() const { return initialized_.load(); }
+
   // Wakes every waiter with ABORTED; later pushes fail; reads still work.
   void End();
   bool ended() const { return ended_.load(); }
@@ -189,6 +204,12 @@ class JobShard {
   std::vector<std::unique_ptr<PartitionState>>
       slots_;  // by partition id; null if not here
   std::atomic<bool> ended_{false};
+  // Values held (false: an external model's are due from a member).
+  std::atomic<bool> initialized_{true};
+  std::atomic<int> complete_partitions_{0};  // uploaded whole
+  // Forgets uploaded chunks: values are due again. REQUIRES: reconfigure_mu_
+  // or construction.
+  void AwaitValues();
   absl::Mutex reconfigure_mu_;
   mutable absl::Mutex members_mu_;
   int64_t generation_ ABSL_GUARDED_BY(members_mu_);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/status/status_macros.h"
 #include "server/ps/job_shard.h"
 #include "server/ps/partition_format.h"
@@ -28,6 +29,11 @@ absl::StatusOr<Adopted> JobShard::Adopt(
     }
   }
   if (restore_step.has_value()) RETURN_IF_ERROR(RestoreCheckpoint(*restore_step));
+  // Gradient averaging keeps no weights on the shards: rank 0 of the new
+  // generation uploads them (a joiner needs them).
+  if (init_.spec.model().type() == "external" &&
+      optimizer_.type == OptimizerConfig::Type::kAverage)
+    AwaitValues();
   {
     absl::MutexLock lock(&members_mu_);
     generation_ = generation;
@@ -95,6 +101,7 @@ absl::StatusOr<Aligned> JobShard::Align(
       aligned.ledger = p.ledger.entries();
     }
   }
+  aligned.initialized = initialized_;
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(to);
   clocks_.Reset(members, to, generation);
   if (mode_ != Mode::kSync) {
@@ -148,11 +155,15 @@ absl::Status JobShard::RestorePartition(int32_t partition,
 }
 
 absl::Status JobShard::RestoreInitial() {
+  const bool external = init_.spec.model().type() == "external";
+  if (external) AwaitValues();  // a member uploads them again
   for (int32_t id : ids_) {
     PartitionState& p = *slots_[id];
     absl::MutexLock lock(&p.mu);
-    InitializeParameters(layout_, init_.spec.seed(), p.meta.offset,
-                         p.meta.offset + p.meta.size, p.params.data());
+    if (!external) {
+      InitializeParameters(layout_, init_.spec.seed(), p.meta.offset,
+                           p.meta.offset + p.meta.size, p.params.data());
+    }
     std::fill(p.state.begin(), p.state.end(), 0.0f);
     p.version = 0;
     p.updates = 0;
@@ -198,6 +209,56 @@ absl::Status JobShard::RestoreCheckpoint(int64_t step) {
     Install(*p, d, *aggregator_);
   }
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(step);
+  return absl::OkStatus();
+}
+
+void JobShard::AwaitValues() {
+  initialized_ = false;
+  complete_partitions_ = 0;
+  for (int32_t id : ids_) {
+    PartitionState& p = *slots_[id];
+    absl::MutexLock lock(&p.mu);
+    p.uploaded.assign(p.num_chunks, 0);
+    p.uploaded_count = 0;
+  }
+}
+
+absl::Status JobShard::Initialize(const std::string& worker_id,
+                                  int64_t generation, int32_t partition,
+                                  int64_t offset, const char* data,
+                                  size_t bytes) {
+  RETURN_IF_ERROR(MemberIndex(worker_id, generation).status());
+  PartitionState* p = Find(partition);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initialize.partition ", partition,
+                     " is not held by shard ", init_.shard_index, " of job ",
+                     init_.job_id));
+  }
+  PushChunk c;
+  c.partition = partition;
+  c.offset = offset;
+  c.samples = 1;
+  c.data = data;
+  c.bytes = bytes;
+  if (absl::Status s = ValidatePush(p->meta, chunk_elems_, c); !s.ok()) {
+    return absl::Status(s.code(), absl::StrReplaceAll(
+                                      s.message(), {{"push.", "initialize."}}));
+  }
+  absl::MutexLock lock(&p->mu);
+  if (initialized_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", init_.job_id, " already holds its values on shard ",
+        init_.shard_index, "; they are not replaced"));
+  }
+  std::memcpy(p->params.data() + offset, data, bytes);
+  const int64_t chunk = offset / chunk_elems_;
+  if (p->uploaded[chunk]) return absl::OkStatus();  // a repeat
+  p->uploaded[chunk] = 1;
+  if (++p->uploaded_count < p->num_chunks) return absl::OkStatus();
+  std::fill(p->state.begin(), p->state.end(), 0.0f);
+  if (++complete_partitions_ == static_cast<int>(ids_.size()))
+    initialized_ = true;
   return absl::OkStatus();
 }
 

@@ -257,3 +257,48 @@ TEST(ParameterShardTest, KeepsOnlyTheLastEndedJobs) {
 
 }  // namespace
 }  // namespace fulcrum
+
+namespace fulcrum {
+namespace {
+
+// An external model's shard holds no values until a member uploads them:
+// hellos wait (UNAVAILABLE), a bad chunk names the field, the upload is
+// taken whole, and then never replaced.
+TEST(ExternalModelShardTest, ValuesComeFromAMemberOnceAndAreNeverReplaced) {
+  JobInit init = testing::TinyJob({"a", "b"});
+  init.spec.mutable_model()->clear_layers();
+  init.spec.mutable_model()->set_type("external");
+  v1::TensorSpec* w = init.spec.mutable_model()->add_tensors();
+  w->set_name("w");
+  w->add_shape(300);  // 1200 bytes: two chunks of 1 KiB
+  ParameterShard shard;
+  auto job = shard.InitJob(init);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_FALSE((*job)->initialized());
+  std::vector<float> values(300);
+  for (int i = 0; i < 300; ++i) values[i] = 0.01f * i;
+  auto bytes = [&](int64_t from, int64_t n) {
+    return reinterpret_cast<const char*>(values.data() + from);
+  };
+  EXPECT_EQ((*job)->Initialize("x", 1, 0, 0, bytes(0, 256), 1024).code(),
+            absl::StatusCode::kPermissionDenied);
+  absl::Status bad = (*job)->Initialize("a", 1, 0, 3, bytes(0, 256), 1024);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("initialize.offset 3"), std::string::npos)
+      << bad;
+  ASSERT_TRUE((*job)->Initialize("a", 1, 0, 0, bytes(0, 256), 1024).ok());
+  EXPECT_FALSE((*job)->initialized()) << "one chunk of two";
+  ASSERT_TRUE((*job)->Initialize("a", 1, 0, 256, bytes(256, 44), 176).ok());
+  EXPECT_TRUE((*job)->initialized());
+  EXPECT_EQ(testing::ReadAll(**job), values);
+  std::vector<float> other(256, 7.0f);
+  EXPECT_EQ((*job)
+                ->Initialize("b", 1, 0, 0,
+                             reinterpret_cast<const char*>(other.data()), 1024)
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(testing::ReadAll(**job), values) << "never replaced";
+}
+
+}  // namespace
+}  // namespace fulcrum

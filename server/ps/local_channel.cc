@@ -44,6 +44,33 @@ LocalParameterChannel::~LocalParameterChannel() {
   Close().IgnoreError();
 }
 
+absl::Status LocalParameterChannel::Initialize(const float* values) {
+  const int64_t chunk_elems = options_.chunk_bytes / 4;
+  for (int shard = 0; shard < layout_->num_shards(); ++shard) {
+    const std::vector<int32_t> ids = layout_->PartitionsOfShard(shard);
+    if (ids.empty()) continue;
+    if (shard >= static_cast<int>(shards_.size()))
+      return absl::InvalidArgumentError(absl::StrCat("no shard ", shard));
+    absl::StatusOr<std::shared_ptr<JobShard>> job =
+        shards_[shard]->Find(options_.job_id);
+    if (!job.ok()) return job.status();
+    absl::Status s;
+    for (int32_t id : ids) {
+      const Partition& p = layout_->partitions()[id];
+      ForEachChunk(p, 1, chunk_elems, [&](int64_t offset, int64_t n) {
+        s = (*job)->Initialize(
+            options_.worker_id, options_.generation, id, offset,
+            reinterpret_cast<const char*>(values + p.offset + offset),
+            n * sizeof(float));
+        return s.ok();
+      });
+      if (s.code() == absl::StatusCode::kFailedPrecondition) break;
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> LocalParameterChannel::Open() {
   link_of_partition_.assign(layout_->partitions().size(), -1);
   for (int shard = 0; shard < layout_->num_shards(); ++shard) {

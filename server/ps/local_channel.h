@@ -29,6 +29,7 @@ class LocalParameterChannel : public ParameterChannel {
                         const ParameterLayout* layout, float* params);
   ~LocalParameterChannel() override;
 
+  absl::Status Initialize(const float* values) override;
   absl::StatusOr<int64_t> Open() override;
   void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
             bool stop, PushRange range) override;

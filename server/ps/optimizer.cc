@@ -32,6 +32,7 @@ OptimizerConfig OptimizerConfig::FromSpec(const v1::OptimizerSpec& spec) {
            : t == "nesterov" ? Type::kNesterov
            : t == "adam"     ? Type::kAdam
            : t == "adamw"    ? Type::kAdamW
+           : t == "average"  ? Type::kAverage
                              : Type::kSgd;
   c.lr = spec.lr();
   c.momentum = static_cast<float>(spec.momentum());
@@ -78,6 +79,9 @@ void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
   const float lr = static_cast<float>(c.schedule.At(c.lr, step));
   const float wd = c.weight_decay, mu = c.momentum;
   switch (c.type) {
+    case OptimizerConfig::Type::kAverage:  // the workers' optimizers apply it
+      for (int64_t i = 0; i < n; ++i) w_out[i] = grad[i] * s;
+      return;
     case OptimizerConfig::Type::kSgd:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];

@@ -23,7 +23,7 @@ struct LrSchedule {
 };
 
 struct OptimizerConfig {
-  enum class Type { kSgd, kMomentum, kNesterov, kAdam, kAdamW };
+  enum class Type { kSgd, kMomentum, kNesterov, kAdam, kAdamW, kAverage };
   Type type = Type::kSgd;
   double lr = 0.01;
   float momentum = 0.0f;
@@ -48,6 +48,8 @@ struct OptimizerConfig {
 //   adam      g += wd w; m = b1 m + (1-b1) g; s = b2 s + (1-b2) g^2;
 //             w -= lr m^ / (sqrt(s^) + eps), m^ = m/(1-b1^k), s^ = s/(1-b2^k)
 //   adamw     w *= 1 - lr wd; then adam without the L2 term
+//   average   w = g: the "parameters" are the averaged gradient, which each
+//             worker's own optimizer applies (gradient-averaging mode)
 // `state` holds StateSlots() * n floats, slot-major. The gradient is
 // grad[i] * grad_scale (the shard's averaging, folded into this one pass).
 void ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,

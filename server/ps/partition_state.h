@@ -34,6 +34,10 @@ struct PartitionState {
   bool ended ABSL_GUARDED_BY(mu) = false;
   int64_t generation ABSL_GUARDED_BY(mu) = 1;  // whose pushes it takes
   PushTracker tracker ABSL_GUARDED_BY(mu);     // the current step's arrivals
+  // External models: the chunks of values a member uploaded (Initialize)
+  // while the job waits for them.
+  std::vector<uint8_t> uploaded ABSL_GUARDED_BY(mu);
+  int64_t uploaded_count ABSL_GUARDED_BY(mu) = 0;
   DataLedger ledger ABSL_GUARDED_BY(mu);       // if tracks_ledger
 
   // Sync barrier (sync_aggregator.cc).

@@ -97,6 +97,7 @@ grpc::Status ParameterServerService::InitJob(grpc::ServerContext*,
   if (!job.ok()) return ToGrpcStatus(job.status());
   if (checkpoints) metrics_->CheckpointsEnabled(init.job_id);
   for (int32_t id : (*job)->partition_ids()) response->add_partitions(id);
+  response->set_initialized((*job)->initialized());
   return grpc::Status::OK;
 }
 
@@ -184,6 +185,7 @@ grpc::Status ParameterServerService::Reconfigure(
             << request->align_version() << "\n";
   response->set_min_version(request->align_version());
   response->set_has_ledger(aligned->has_ledger);
+  response->set_initialized(aligned->initialized);
   for (const auto& [chunk, e] : aligned->ledger) {
     v1::LedgerEntry* r = response->add_ledger();
     r->set_chunk(chunk);
@@ -204,6 +206,25 @@ grpc::Status ParameterServerService::Pull(
   return ToGrpcStatus(SendPartitions(
       **found, {request->partitions().begin(), request->partitions().end()},
       &out, metrics_->ForJob(request->job_id()).pull_bytes));
+}
+
+grpc::Status ParameterServerService::Initialize(
+    grpc::ServerContext*, grpc::ServerReader<v1::InitializeRequest>* reader,
+    v1::InitializeResponse*) {
+  v1::InitializeRequest r;
+  std::shared_ptr<JobShard> job;
+  while (reader->Read(&r)) {
+    if (job == nullptr) {
+      absl::StatusOr<std::shared_ptr<JobShard>> found = shard_->Find(r.job_id());
+      if (!found.ok()) return ToGrpcStatus(found.status());
+      job = std::move(*found);
+    }
+    absl::Status s =
+        job->Initialize(r.worker_id(), r.generation(), r.partition(),
+                        r.offset(), r.data().data(), r.data().size());
+    if (!s.ok()) return ToGrpcStatus(s);
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace fulcrum

@@ -42,6 +42,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   grpc::Status Pull(grpc::ServerContext* context,
                     const v1::PullRequest* request,
                     grpc::ServerWriter<v1::Params>* writer) override;
+  grpc::Status Initialize(grpc::ServerContext* context,
+                          grpc::ServerReader<v1::InitializeRequest>* reader,
+                          v1::InitializeResponse* response) override;
 
  private:
   absl::Status ServeStream(

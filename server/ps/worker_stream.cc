@@ -54,6 +54,10 @@ absl::StatusOr<std::unique_ptr<WorkerStream>> WorkerStream::Open(
   }
   ASSIGN_OR_RETURN(const int member,
                    job->MemberIndex(hello.worker_id, hello.generation));
+  if (!job->initialized()) {
+    return absl::UnavailableError(absl::StrCat(
+        "job ", hello.job_id, " waits for its values from a member; retry"));
+  }
   std::unique_ptr<WorkerStream> stream(new WorkerStream(
       std::move(job), member, hello.generation, std::move(options), writer));
   JobShard& j = *stream->job_;

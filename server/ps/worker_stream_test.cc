@@ -154,3 +154,33 @@ TEST_F(WorkerStreamTest, SspBoundsHowFarAReaderRunsAhead) {
 
 }  // namespace
 }  // namespace fulcrum
+
+namespace fulcrum {
+namespace {
+
+TEST(ExternalModelStreamTest, AHelloWaitsForTheValues) {
+  JobInit init = testing::TinyJob({"a"});
+  init.spec.mutable_model()->clear_layers();
+  init.spec.mutable_model()->set_type("external");
+  v1::TensorSpec* w = init.spec.mutable_model()->add_tensors();
+  w->set_name("w");
+  w->add_shape(10);
+  ParameterShard shard;
+  auto job = shard.InitJob(init);
+  ASSERT_TRUE(job.ok()) << job.status();
+  RecordingWriter writer;
+  auto early = WorkerStream::Open(shard, {"job-1", "a", 1}, {}, &writer);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(writer.sent.empty());
+  std::vector<float> values(10, 0.5f);
+  ASSERT_TRUE((*job)
+                  ->Initialize("a", 1, 0, 0,
+                               reinterpret_cast<const char*>(values.data()), 40)
+                  .ok());
+  auto stream = WorkerStream::Open(shard, {"job-1", "a", 1}, {}, &writer);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ(writer.WholeAt(0, **job), (std::vector<int32_t>{0}));
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -24,7 +24,9 @@ class NoShards : public ShardControl {
   void EndJob(const std::string&, const std::string&) override {}
   absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
       const std::string&, const v1::ReconfigureRequest&) override {
-    return v1::ReconfigureResponse();
+    v1::ReconfigureResponse response;
+    response.set_initialized(true);
+    return response;
   }
   absl::Status Pull(const std::string&, const v1::PullRequest&,
                     const std::function<bool(const v1::Params&)>&) override {
@@ -55,6 +57,7 @@ class FakeShards : public ShardControl {
       return absl::DataLossError("corrupt checkpoint");
     if (failing.count(address)) return failing[address];
     v1::ReconfigureResponse response;
+    response.set_initialized(!awaiting_values.count(address));
     response.set_min_version(versions.count(address) ? versions[address] : 0);
     for (int64_t step : disk[address]) response.add_checkpoint_steps(step);
     if (r.align_version() >= 0 && address == ledger_address) {
@@ -84,6 +87,7 @@ class FakeShards : public ShardControl {
   std::vector<std::string> pulls;
   absl::Status next_status;
   std::map<std::string, int64_t> versions;  // phase 1 min_version by address
+  std::set<std::string> awaiting_values;    // shards without values
   std::set<int64_t> bad_steps;              // checkpoints that fail to load
   std::map<std::string, absl::Status> failing;  // Reconfigure fails there
   std::map<std::string, std::vector<int64_t>> disk;  // checkpoint files

@@ -1,0 +1,23 @@
+// The parameter layout of a job's model: the one function every process
+// derives it with (shards, workers, the export), whatever the model type.
+#ifndef FULCRUM_COMMON_CONFIG_MODEL_LAYOUT_H_
+#define FULCRUM_COMMON_CONFIG_MODEL_LAYOUT_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tensor/layout.h"
+#include "fulcrum/v1/job.pb.h"
+
+namespace fulcrum {
+
+// mlp: ParameterLayout::ForMlp(model.layers); external: ForTensors of the
+// declared tensors (FAILED_PRECONDITION while none are declared).
+absl::StatusOr<ParameterLayout> LayoutForSpec(const v1::JobSpec& spec);
+
+// The declared tensors as the layout's TensorInfo (offsets not yet set).
+std::vector<TensorInfo> TensorsOf(const v1::ModelSpec& model);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COMMON_CONFIG_MODEL_LAYOUT_H_

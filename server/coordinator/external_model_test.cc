@@ -1,0 +1,137 @@
+// Jobs of external models (fulcrum.torch): workers registered for the job
+// declare its tensors; only they train it; rank 0 uploads the values.
+#include "common/concurrency/executor.h"
+#include "common/config/job_spec.h"
+#include "common/testing/fault_injection_env.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/coordinator_core.h"
+#include "server/coordinator/testing/fake_shards.h"
+
+namespace fulcrum {
+namespace {
+
+v1::TensorSpec Tensor(const std::string& name, std::vector<int64_t> shape) {
+  v1::TensorSpec t;
+  t.set_name(name);
+  for (int64_t d : shape) t.add_shape(d);
+  return t;
+}
+
+class ExternalModelTest : public ::testing::Test {
+ protected:
+  ExternalModelTest() : coordinator_(Options(), &shards_) {}
+  Coordinator::Options Options() {
+    Coordinator::Options o;
+    o.env = &env_;
+    o.executor = &inline_;
+    return o;
+  }
+  std::string SubmitExternal() {
+    v1::JobSpec spec;
+    spec.set_name("torch");
+    spec.mutable_model()->set_type("external");
+    spec.mutable_optimizer()->set_lr(0.1);
+    spec.mutable_workers()->set_min(1);
+    spec.mutable_workers()->set_max(2);
+    return *coordinator_.SubmitJob(spec);
+  }
+  std::string Register(const std::string& job) {
+    v1::RegisterWorkerRequest r;
+    r.set_job_id(job);
+    return coordinator_.RegisterWorker(r)->worker_id();
+  }
+  absl::StatusOr<v1::DeclareModelResponse> Declare(
+      const std::string& worker, const std::string& job,
+      std::vector<v1::TensorSpec> tensors) {
+    v1::DeclareModelRequest r;
+    r.set_worker_id(worker);
+    r.set_job_id(job);
+    for (auto& t : tensors) *r.add_tensors() = t;
+    return coordinator_.DeclareModel(r);
+  }
+  v1::WorkerAssignment Beat(const std::string& worker) {
+    v1::WorkerHeartbeatRequest r;
+    r.set_worker_id(worker);
+    return coordinator_.WorkerHeartbeat(r)->assignment();
+  }
+
+  testing::FaultInjectionEnv env_;
+  InlineExecutor inline_;
+  testing::FakeShards shards_;
+  Coordinator coordinator_;
+};
+
+TEST_F(ExternalModelTest, TheFirstDeclarationIsTheModelAndLaterOnesMustMatch) {
+  const std::string job = SubmitExternal();
+  const std::string generic = coordinator_.RegisterWorker({})->worker_id();
+  const std::string w1 = Register(job);
+  v1::RegisterShardRequest shard;
+  shard.set_address("127.0.0.1:1");
+  ASSERT_TRUE(coordinator_.RegisterShard(shard).ok());
+  coordinator_.Tick();
+  EXPECT_EQ(coordinator_.GetJob(job)->state(), v1::PENDING)
+      << "no tensors declared yet";
+  EXPECT_EQ(Declare(generic, job, {Tensor("w", {2})}).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  auto bad = Declare(w1, job, {Tensor("w", {2}), Tensor("w", {3})});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("model.tensors[1].name"),
+            std::string::npos);
+  EXPECT_EQ(coordinator_.GetJob(job)->spec().model().tensors_size(), 0)
+      << "a rejected declaration changes nothing";
+  auto ok = Declare(w1, job, {Tensor("w", {4, 2}), Tensor("b", {2})});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->spec().model().tensors_size(), 2);
+  coordinator_.Tick();
+  env_.Advance(absl::Seconds(2));  // past the start grace (max is 2)
+  coordinator_.Tick();
+  v1::JobStatus status = *coordinator_.GetJob(job);
+  ASSERT_EQ(status.state(), v1::RUNNING);
+  ASSERT_EQ(status.workers_size(), 1) << "only the worker registered for it";
+  EXPECT_EQ(status.workers(0), w1);
+  ASSERT_EQ(shards_.inits.size(), 1u);
+  EXPECT_EQ(shards_.inits[0].second.spec().model().tensors_size(), 2);
+  EXPECT_EQ(Beat(generic).job_id(), "") << "a generic worker stays idle";
+  // Rank 0 uploads the values until a shard heartbeat says they arrived.
+  v1::WorkerAssignment a = Beat(w1);
+  EXPECT_EQ(a.rank(), 0);
+  EXPECT_TRUE(a.initialize());
+  v1::ShardHeartbeatRequest sb;
+  sb.set_shard_id(status.shards(0));
+  v1::ShardJobStats* stats = sb.add_jobs();
+  stats->set_job_id(job);
+  stats->set_generation(1);
+  stats->set_initialized(true);
+  ASSERT_TRUE(coordinator_.ShardHeartbeat(sb).ok());
+  EXPECT_FALSE(Beat(w1).initialize());
+  // A second worker with another model is refused, naming the difference.
+  const std::string w2 = Register(job);
+  auto other = Declare(w2, job, {Tensor("w", {4, 2}), Tensor("b", {3})});
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find(
+                "tensors[1] 'b' [3] differs from the job's 'b' [2]"),
+            std::string::npos)
+      << other.status();
+  EXPECT_TRUE(Declare(w2, job, {Tensor("w", {4, 2}), Tensor("b", {2})}).ok());
+}
+
+TEST_F(ExternalModelTest, RegisteringForAJobChecksIt) {
+  v1::RegisterWorkerRequest r;
+  r.set_job_id("job-404");
+  EXPECT_EQ(coordinator_.RegisterWorker(r).status().code(),
+            absl::StatusCode::kNotFound);
+  v1::JobSpec mlp;
+  mlp.set_name("mlp");
+  mlp.mutable_model()->set_type("mlp");
+  mlp.mutable_model()->add_layers(4);
+  mlp.mutable_model()->add_layers(2);
+  mlp.mutable_dataset()->set_dir("/d");
+  mlp.mutable_optimizer()->set_lr(0.1);
+  r.set_job_id(*coordinator_.SubmitJob(mlp));
+  EXPECT_EQ(coordinator_.RegisterWorker(r).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(coordinator_.ListMembers().empty());
+}
+
+}  // namespace
+}  // namespace fulcrum
