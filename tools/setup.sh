@@ -12,6 +12,7 @@ PACKAGES=(
   dataset-fashion-mnist                # the reference workload's data
   procps                               # pkill/ps in scripts
   prometheus                           # promtool and a real Prometheus for the monitoring tests
+  python3-torch                        # fulcrum.torch's tests, examples and the DDP peer
 )
 
 missing=()

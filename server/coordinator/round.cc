@@ -84,7 +84,8 @@ absl::StatusOr<int64_t> Adopt(const RoundPlan& plan, int64_t restore_step,
       }
       return s;
     }
-    align = std::min(align, r->min_version());
+    // -1: the shard holds no partition (more shards than partitions).
+    if (r->min_version() >= 0) align = std::min(align, r->min_version());
   }
   return align == INT64_MAX ? 0 : align;
 }

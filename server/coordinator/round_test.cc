@@ -40,6 +40,16 @@ TEST(RoundTest, AdoptsThenAlignsToTheLowestVersion) {
   EXPECT_EQ(shards.reconfigures[3].second.generation(), 3);
 }
 
+// A shard that holds no partition (more shards than partitions) reports -1
+// and has no say in the version (it aligned every job to 0 before).
+TEST(RoundTest, AShardWithoutPartitionsDoesNotPullTheVersionDown) {
+  testing::FakeShards shards;
+  shards.versions = {{"127.0.0.1:1", 26}, {"127.0.0.1:2", -1}};
+  absl::StatusOr<RoundResult> r = RunRound(Plan(false), &shards);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->align_version, 26);
+}
+
 TEST(RoundTest, RestoresTheNewestCheckpointEveryShardHasThatNeverFailed) {
   testing::FakeShards shards;
   shards.disk = {{"127.0.0.1:1", {2, 4, 6}}, {"127.0.0.1:2", {2, 4}}};

@@ -61,7 +61,7 @@ struct JobInit {
 // Reconfigure phase 1's answer.
 struct Adopted {
   // sync: the lowest partition version here; ssp/async: the lowest clock
-  // (the restored step when restoring).
+  // (the restored step when restoring); -1 when no partition is held here.
   int64_t min_version = 0;
   std::vector<int64_t> checkpoint_steps;  // this shard's files on disk
 };

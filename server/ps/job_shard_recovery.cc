@@ -60,7 +60,9 @@ absl::StatusOr<Adopted> JobShard::Adopt(
   }
   clocks_.Reset(members, 0, generation);
   Adopted adopted;
-  adopted.min_version = lo == INT64_MAX ? 0 : lo;
+  // -1: this shard holds no partition of the job (more shards than
+  // partitions) and has no say in the version the round aligns to.
+  adopted.min_version = ids_.empty() ? -1 : (lo == INT64_MAX ? 0 : lo);
   adopted.checkpoint_steps = CheckpointSteps();
   return adopted;
 }

@@ -361,3 +361,23 @@ TEST(ShardCoreTest, WritesCheckpointsEveryKStepsThatRestore) {
 
 }  // namespace
 }  // namespace fulcrum
+
+namespace fulcrum {
+namespace {
+
+TEST(ShardCoreTest, AShardWithoutPartitionsReportsNoVersion) {
+  JobInit init = testing::TinyJob({"a"});
+  init.spec.set_shards(2);
+  init.num_shards = 2;
+  init.shard_index = 1;  // the tiny model's one partition is on shard 0
+  auto job = JobShard::Create(init);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->partition_ids().empty());
+  auto adopted = (*job)->Adopt(2, {"a"}, std::nullopt);
+  ASSERT_TRUE(adopted.ok());
+  EXPECT_EQ(adopted->min_version, -1);
+  EXPECT_TRUE((*job)->Align(2, {"a"}, 7).ok());
+}
+
+}  // namespace
+}  // namespace fulcrum

@@ -1,0 +1,352 @@
+"""fulcrum.torch: a PyTorch script as a Fulcrum worker.
+
+    import fulcrum.torch
+    w = fulcrum.torch.Worker(model, coordinator="127.0.0.1:7070", job="job-3")
+    for x, y in w.data(train_set):          # this worker's batches, leased
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()                      # gradients leave as they appear
+        w.step()                             # the new parameters are in
+    w.finish()
+
+The model's parameters are declared to the job (the first worker's
+declaration is the job's model) and live on the shards: the job's optimizer
+runs there and a worker holds no optimizer state. With `optimizer:
+{type: average}` in the job spec the shards return the averaged gradient
+instead and the worker's own `torch.optim` optimizer (Worker(optimizer=...))
+applies it. docs/pytorch.md has the whole story.
+"""
+
+import time
+
+import torch
+
+from fulcrum._native import (FAILED_PRECONDITION, FulcrumError, GenerationEnded,
+                             NativeWorker, Progress)
+
+
+class Worker:
+    """One worker of job `job` for `model` (see the module's doc).
+
+    Gradients are copied out by autograd hooks and each partition is pushed
+    the moment its last gradient exists, so communication overlaps the rest
+    of backward; new parameters are copied into the model partition by
+    partition as they arrive (on the CPU they arrive in the model's own
+    memory: its parameters are views of the received buffer).
+    """
+
+    def __init__(self, model, *, coordinator, job, optimizer=None, tls=None,
+                 join_timeout=600.0, step_timeout=300.0, rejoin_timeout=60.0):
+        self.model = model
+        self.optimizer = optimizer
+        self._params = [p for _, p in model.named_parameters()]
+        names = [n for n, _ in model.named_parameters()]
+        device = str(self._params[0].device) if self._params else "cpu"
+        self._cuda = self._params[0].is_cuda if self._params else False
+        self._native = NativeWorker(coordinator, job, device=device, tls=tls,
+                                    step_timeout=step_timeout,
+                                    rejoin_timeout=rejoin_timeout)
+        self._native.declare(names, [list(p.shape) for p in self._params])
+        self._layout()
+        pin = self._cuda and torch.cuda.is_available()
+        total = self._native.num_elements()
+        self._flat = torch.empty(total, dtype=torch.float32, pin_memory=pin)
+        self._grads = torch.zeros(total, dtype=torch.float32, pin_memory=pin)
+        with torch.no_grad():
+            for i, p in enumerate(self._params):
+                self._slice(self._flat, i).copy_(p.detach().reshape(-1))
+        self._hooks = [p.register_hook(self._hook(i))
+                       for i, p in enumerate(self._params)]
+        self.stopped = False
+        self._stop_next = False
+        self._views = False
+        self._progress = Progress()
+        self._window = (time.monotonic(), 0)
+        self._join(lambda: self._native.join(self._flat.data_ptr(), join_timeout))
+
+    # -- layout ------------------------------------------------------------
+
+    def _layout(self):
+        self._offsets, offset = [], 0
+        for p in self._params:  # the flat vector: tensors in declared order
+            self._offsets.append(offset)
+            offset += p.numel()
+        self._parts = self._native.partitions()
+        self._tensor_parts = [[] for _ in self._params]
+        self._part_tensors = [[] for _ in self._parts]
+        for pid, (start, size) in enumerate(self._parts):
+            for i, p in enumerate(self._params):
+                lo, hi = self._offsets[i], self._offsets[i] + p.numel()
+                if lo < start + size and start < hi:
+                    self._tensor_parts[i].append(pid)
+                    self._part_tensors[pid].append(i)
+
+    def _slice(self, flat, i):
+        return flat[self._offsets[i]:self._offsets[i] + self._params[i].numel()]
+
+    # -- membership --------------------------------------------------------
+
+    def _join(self, call):
+        a = call()
+        self.rank, self.world_size = a.rank, a.world_size
+        self.generation, self.step_num = a.generation, a.first_step
+        self.batch_size, self.epochs = a.batch_size, a.epochs
+        self.max_steps, self.seed = a.max_steps, a.seed
+        self.target_accuracy = a.target_accuracy
+        self.chunk_sharding = bool(a.chunk_sharding)
+        self.gradient_averaging = bool(a.gradient_averaging)
+        self._load_parameters()
+        self._new_step()
+        self._lease = None  # leases end with their generation
+        self._done_chunks = []
+
+    def _rejoin(self, error):
+        self._join(lambda: self._native.rejoin(error.code))
+
+    def _load_parameters(self):
+        """The job's values into the model: once bound as views on the CPU
+        (later versions then land in place), else copied."""
+        with torch.no_grad():
+            for i, p in enumerate(self._params):
+                view = self._slice(self._flat, i).view_as(p)
+                if not self._cuda and not self.gradient_averaging:
+                    p.data = view
+                else:
+                    p.copy_(view, non_blocking=self._cuda)
+        self._views = not self._cuda and not self.gradient_averaging
+
+    # -- one step ----------------------------------------------------------
+
+    def _new_step(self):
+        self._remaining = [len(t) for t in self._part_tensors]
+        self._got = [False] * len(self._params)
+        self._pushed = [False] * len(self._parts)
+        self._copies = []  # CUDA: (event, partition) copies in flight
+        self._samples = None
+        self._range = (-1, 0, 0)
+
+    def _hook(self, i):
+        def on_grad(grad):
+            if self._got[i]:
+                return None
+            self._got[i] = True
+            self._slice(self._grads, i).copy_(grad.detach().reshape(-1),
+                                              non_blocking=self._cuda)
+            for pid in self._tensor_parts[i]:
+                self._remaining[pid] -= 1
+                if self._remaining[pid] == 0:
+                    self._ready(pid)
+            return None
+        return on_grad
+
+    def _ready(self, pid):
+        if not self._cuda:
+            return self._push(pid)
+        event = torch.cuda.Event()
+        event.record()
+        self._copies.append((event, pid))
+        still = []
+        for e, q in self._copies:  # push the copies that have landed
+            if e.query():
+                self._push(q)
+            else:
+                still.append((e, q))
+        self._copies = still
+
+    def _push(self, pid):
+        if self._pushed[pid]:
+            return
+        self._pushed[pid] = True
+        samples = self.batch_size if self._samples is None else self._samples
+        chunk, begin, end = self._range
+        stop = self._stop_next
+        self._native.push(pid, self.step_num, samples if self._has_data else 0,
+                          self._grads.data_ptr(), stop, chunk, begin, end)
+
+    @property
+    def _has_data(self):
+        return self._samples is None or self._samples > 0
+
+    def set_batch(self, samples, chunk=-1, begin=0, end=0):
+        """The number of samples (and, with chunk leases, which ones) behind
+        this step's gradient; w.data() sets it, other loops may."""
+        self._samples = samples
+        self._range = (chunk, begin, end)
+
+    def _live(self):
+        if self._native is None:
+            raise FulcrumError(FAILED_PRECONDITION,
+                               "this worker has finished: make a new Worker")
+
+    def step(self):
+        """Ends the step: pushes what backward has not, waits for the new
+        parameters and loads them. False when the generation ended (the
+        step is not applied: the worker re-joined where the shards stand)."""
+        self._live()
+        with torch.no_grad():
+            for i, got in enumerate(self._got):  # no gradient: zeros
+                if not got:
+                    self._hook(i)(torch.zeros_like(self._params[i]))
+            for e, pid in self._copies:
+                e.synchronize()
+                self._push(pid)
+            for pid in range(len(self._parts)):
+                self._push(pid)
+        try:
+            self.stopped = self._native.wait(self.step_num + 1, self._arrived)
+        except GenerationEnded as e:
+            self._rejoin(e)
+            return False
+        if self.gradient_averaging:
+            self._apply_averaged()
+        for p in self._params:
+            p.grad = None  # on-shard mode: .grad is never read
+        self._account()
+        self.step_num += 1
+        self._new_step()
+        return True
+
+    def _empty_step(self, stop=False):
+        self._stop_next = self._stop_next or stop
+        self._samples = 0
+        return self.step()
+
+    def _arrived(self, pid):
+        if self._views or self.gradient_averaging:
+            return
+        start, size = self._parts[pid]
+        with torch.no_grad():
+            for i in self._part_tensors[pid]:
+                lo = max(start, self._offsets[i])
+                hi = min(start + size, self._offsets[i] + self._params[i].numel())
+                dst = self._params[i].data.view(-1)[lo - self._offsets[i]:hi - self._offsets[i]]
+                dst.copy_(self._flat[lo:hi], non_blocking=True)
+
+    def _apply_averaged(self):
+        with torch.no_grad():
+            for i, p in enumerate(self._params):
+                p.grad = self._slice(self._flat, i).view_as(p).to(p.device).clone()
+        if self.optimizer is not None:
+            self.optimizer.step()
+
+    def _account(self):
+        n = self._samples if self._samples is not None else self.batch_size
+        self._progress.step = self.step_num + 1
+        self._progress.samples_total += n
+        t0, count = self._window
+        now, count = time.monotonic(), count + n
+        if now - t0 >= 0.5:
+            self._progress.samples_per_sec = count / (now - t0)
+            now, count = now, 0
+            self._window = (now, 0)
+        else:
+            self._window = (t0, count)
+        self._native.report(self._progress)
+
+    # -- data --------------------------------------------------------------
+
+    def data(self, dataset, batch_size=None):
+        """This worker's batches of a map-style `dataset` (indexable,
+        len()), collated as a DataLoader would. With chunk sharding (the
+        default) it leases chunks of each epoch's order from the
+        coordinator: every sample is trained exactly once per epoch,
+        whatever joins, leaves or crashes; when it has no batch for a step
+        it takes an empty step itself (the others do not wait), and it ends
+        when every epoch is trained or a stop came. With static sharding
+        rank r takes the r-th slice of every global batch."""
+        from torch.utils.data import default_collate
+        self._live()
+        batch = batch_size or self.batch_size
+        n = len(dataset)
+        orders = {}
+
+        def order(epoch):
+            if epoch not in orders:
+                g = torch.Generator().manual_seed(int(self.seed) * 1000003 + epoch)
+                orders.clear()
+                orders[epoch] = torch.randperm(n, generator=g).tolist()
+            return orders[epoch]
+
+        while not self.stopped:
+            if self.max_steps and self.step_num >= self.max_steps:
+                return
+            if self._native.leaving():
+                return
+            picked = self._next_batch(n, batch, order)
+            if picked is None:
+                return
+            if not picked:
+                self._empty_step()
+                continue
+            idx, rng = picked
+            self.set_batch(len(idx), *rng)
+            yield default_collate([dataset[i] for i in idx])
+
+    def _next_batch(self, n, batch, order):
+        """([indices], (chunk, begin, end)) for this step, [] for an empty
+        step, or None when the data is trained."""
+        if not self.chunk_sharding:
+            per_epoch = -(-n // (batch * self.world_size))
+            if self.step_num >= per_epoch * self.epochs:
+                return None
+            epoch, k = divmod(self.step_num, per_epoch)
+            first = k * batch * self.world_size + self.rank * batch
+            idx = order(epoch)[first:min(first + batch, n)]
+            return (idx, (-1, 0, 0)) if idx else []
+        if self._lease is None:
+            try:
+                lease = self._native.lease(self._done_chunks, n)
+            except GenerationEnded as e:
+                self._rejoin(e)
+                return []
+            self._done_chunks = []
+            if lease.chunk < 0:
+                if lease.exhausted:
+                    self._empty_step(stop=True)  # everyone ends together
+                    return None if self.stopped else []
+                time.sleep(0.02)  # others train the last chunks
+                return []
+            self._lease = [lease.chunk, lease.epoch, lease.begin, lease.end]
+        chunk, epoch, begin, end = self._lease
+        stop = min(begin + batch, end)
+        idx = order(epoch)[begin:stop]
+        self._lease[2] = stop
+        if stop >= end:
+            self._done_chunks.append(chunk)
+            self._lease = None
+        self._progress.epoch = epoch
+        return idx, (chunk, begin, stop)
+
+    # -- progress ----------------------------------------------------------
+
+    def report(self, loss=None, accuracy=None):
+        """Progress for the coordinator (fulcrumctl status); rank 0's speaks
+        for the job. An accuracy at or above the job's target_accuracy
+        stops every worker together after the next step."""
+        self._live()
+        if loss is not None:
+            self._progress.loss = float(loss)
+        if accuracy is not None:
+            self._progress.test_accuracy = float(accuracy)
+            self._progress.evaluated_step = self.step_num
+            if self.target_accuracy > 0 and accuracy >= self.target_accuracy:
+                self._stop_next = True
+        self._native.report(self._progress)
+
+    def finish(self, error=None):
+        """Ends this worker's part: done, or failed with `error`; leaves."""
+        if self._native is None:
+            return
+        for h in self._hooks:
+            h.remove()
+        try:
+            self._native.finish(self._progress, error)
+        finally:
+            self._native.close()
+            self._native = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        self.finish(None if value is None else str(value))
+        return False

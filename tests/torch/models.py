@@ -1,0 +1,54 @@
+"""The models and data the PyTorch tests train: a 2-conv + pooling CNN and
+the reference MLP (named like fulcrum-worker's: fc1, fc2, ...), on
+synthetic images a linear rule labels (learnable, no dataset needed)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Cnn(nn.Module):
+    def __init__(self, side=12, classes=4, width=8):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, width, 3, padding=1)
+        self.conv2 = nn.Conv2d(width, 2 * width, 3, padding=1)
+        self.fc = nn.Linear(2 * width * (side // 4) ** 2, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+class Mlp(nn.Module):
+    def __init__(self, sizes):
+        super().__init__()
+        self.layers = len(sizes) - 1
+        for i in range(self.layers):
+            setattr(self, f"fc{i + 1}", nn.Linear(sizes[i], sizes[i + 1]))
+
+    def forward(self, x):
+        x = x.flatten(1)
+        for i in range(self.layers):
+            x = getattr(self, f"fc{i + 1}")(x)
+            if i + 1 < self.layers:
+                x = F.relu(x)
+        return x
+
+
+def synthetic(n=600, side=12, classes=4, seed=9):
+    """(images [n, 1, side, side], labels [n]) of a linear rule."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 1, side, side, generator=g)
+    w = torch.randn(side * side, classes, generator=g)
+    y = (x.flatten(1) @ w).argmax(1)
+    return torch.utils.data.TensorDataset(x, y)
+
+
+def make(kind, seed=3):
+    torch.manual_seed(seed)  # the same initial weights in every process
+    if kind == "cnn":
+        return Cnn()
+    if kind == "mlp":
+        return Mlp([144, 32, 16, 4])
+    raise ValueError(kind)

@@ -1,0 +1,170 @@
+"""PyTorch workers (fulcrum.torch) on a cluster of real processes: the same
+parameters as one process with the whole batch (on-shard optimizer and
+gradient averaging), elasticity with a SIGKILL, a C++ and a PyTorch worker
+in one job, and bad input."""
+
+import math
+import os
+import time
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+import harness
+import models
+
+JOB = """name: {name}
+model: {{type: external}}
+optimizer: {optimizer}
+batch_size: {batch}
+epochs: {epochs}
+max_steps: {max_steps}
+workers: {{min: {min}, max: {max}}}
+shards: {shards}
+seed: 11
+dataset: {{sharding: {sharding}}}
+target_accuracy: {target}
+"""
+
+
+def job(name, optimizer="{type: momentum, lr: 0.05, momentum: 0.9}", batch=8,
+        epochs=4, max_steps=0, workers=(2, 2), shards=2, sharding="static",
+        target=0.0):
+    return JOB.format(name=name, optimizer=optimizer, batch=batch, epochs=epochs,
+                      max_steps=max_steps, min=workers[0], max=workers[1],
+                      shards=shards, sharding=sharding, target=target)
+
+
+def reference(steps, batch, workers, seed=11, lr=0.05, momentum=0.9):
+    """One plain process: the global batch of every step, torch.optim.SGD."""
+    model = models.make("cnn")
+    data = models.synthetic()
+    x_all, y_all = data.tensors
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    n, big = len(data), batch * workers
+    per_epoch = -(-n // big)
+    for step in range(steps):
+        epoch, k = divmod(step, per_epoch)
+        g = torch.Generator().manual_seed(seed * 1000003 + epoch)
+        idx = torch.randperm(n, generator=g)[k * big:min((k + 1) * big, n)]
+        opt.zero_grad()
+        F.cross_entropy(model(x_all[idx]), y_all[idx]).backward()
+        opt.step()
+    return model.state_dict()
+
+
+def max_relative_difference(a, b):
+    worst = 0.0
+    for k in b:
+        d = (a[k] - b[k]).abs() / b[k].abs().clamp(min=1e-3)
+        worst = max(worst, d.max().item())
+    return worst
+
+
+class PyTorchWorkersTest(unittest.TestCase):
+    def setUp(self):
+        self.cluster = harness.Cluster(shards=2)
+
+    def tearDown(self):
+        self.cluster.stop()
+
+    def train(self, job_id, count, *extra, out=True):
+        paths = []
+        for r in range(count):
+            path = os.path.join(self.cluster.dir, f"w{r}.pt")
+            self.cluster.worker(f"w{r}", "train_worker.py", "--job", job_id,
+                                *(("--out", path) if out else ()), *extra)
+            paths.append(path)
+        return paths
+
+    def finish(self, names, timeout=120):
+        for n in names:
+            p = self.cluster.procs[n]
+            p.wait(timeout=timeout)
+            self.assertEqual(p.returncode, 0, self.cluster.logs())
+
+    def check_equivalent(self, spec, *extra):
+        job_id = self.cluster.submit(spec)
+        paths = self.train(job_id, 2, *extra)
+        self.finish(["w0", "w1"])
+        status = self.cluster.wait_state(job_id, ["SUCCEEDED"], 30)
+        self.assertEqual(int(status["progress"]["step"]), 50)
+        want = reference(50, 8, 2)
+        for path in paths:
+            got = torch.load(path)
+            diff = max_relative_difference(got, want)
+            self.assertLessEqual(diff, 1e-4, path)
+        moved = max_relative_difference(models.make("cnn").state_dict(), want)
+        self.assertGreater(moved, 1e-2, "training moved the parameters")
+
+    def test_two_workers_equal_one_process_with_the_global_batch(self):
+        self.check_equivalent(job("equivalence", max_steps=50))
+
+    def test_gradient_averaging_with_the_workers_own_optimizer(self):
+        self.check_equivalent(job("averaging", optimizer="{type: average}",
+                                  max_steps=50), "--averaging")
+
+    def test_a_killed_worker_is_replaced_and_every_sample_trained_once(self):
+        job_id = self.cluster.submit(job("elastic", epochs=6, workers=(1, 2),
+                                         sharding="chunks", target=0.97))
+        self.train(job_id, 2, "--step_delay", "0.03", out=False)
+        self.cluster._wait(lambda: int(self.cluster.status(job_id).get(
+            "progress", {}).get("step", 0)) >= 20, 60, "step 20")
+        self.cluster.kill("w1")  # SIGKILL mid-epoch
+        self.cluster.worker("w2", "train_worker.py", "--job", job_id,
+                            "--step_delay", "0.03")
+        status = self.cluster.wait_state(job_id, ["SUCCEEDED", "FAILED"], 180)
+        self.assertEqual(status["state"], "SUCCEEDED", self.cluster.logs())
+        kinds = [(e.get("kind"), e.get("memberId")) for e in status["events"]]
+        self.assertIn("lost", [k for k, _ in kinds], kinds)
+        epochs = status["epochs"]
+        self.assertGreaterEqual(len(epochs), 2)
+        for e in epochs[:-1]:  # every epoch before the one the stop cut
+            self.assertEqual(int(e["trained"]), int(e["total"]), epochs)
+        self.assertLessEqual(int(epochs[-1].get("trained", 0)), int(epochs[-1]["total"]))
+        self.assertEqual(self.cluster.procs["w0"].wait(timeout=30), 0,
+                         "the survivor trained on without a restart")
+
+    def test_a_mismatched_model_is_refused_and_the_job_unaffected(self):
+        job_id = self.cluster.submit(job("mismatch", epochs=3, workers=(1, 2),
+                                         sharding="chunks"))
+        self.train(job_id, 1, "--step_delay", "0.02", out=False)
+        self.cluster._wait(lambda: self.cluster.status(job_id)["state"] == "RUNNING",
+                           60, "the job to run")
+        self.cluster.worker("other", "train_worker.py", "--job", job_id,
+                            "--model", "mlp")
+        self.cluster.procs["other"].wait(timeout=60)
+        self.assertNotEqual(self.cluster.procs["other"].returncode, 0)
+        log = self.cluster.log("other")
+        self.assertIn("code 9", log)
+        self.assertIn("the model does not match job", log)
+        self.assertIn("conv1.weight", log)
+        self.finish(["w0"])
+        self.assertEqual(self.cluster.status(job_id)["state"], "SUCCEEDED")
+
+    def test_a_nan_gradient_fails_its_worker_and_changes_nothing(self):
+        job_id = self.cluster.submit(job("nan", epochs=4, workers=(1, 2),
+                                         sharding="chunks"))
+        self.train(job_id, 1, "--nan_at", "5", out=False)
+        self.cluster.worker("healthy", "train_worker.py", "--job", job_id)
+        self.cluster.procs["w0"].wait(timeout=60)
+        self.assertEqual(self.cluster.procs["w0"].returncode, 3, self.cluster.log("w0"))
+        self.assertIn("is not finite", self.cluster.log("w0"))
+        self.finish(["healthy"])
+        status = self.cluster.wait_state(job_id, ["SUCCEEDED"], 60)
+        self.assertIn("failed", [e.get("kind") for e in status["events"]])
+
+
+class CallsAfterFinishTest(unittest.TestCase):
+    def test_a_finished_worker_refuses_calls(self):
+        import fulcrum.torch
+        w = fulcrum.torch.Worker.__new__(fulcrum.torch.Worker)
+        w._native = None
+        with self.assertRaises(fulcrum.FulcrumError) as e:
+            w.step()
+        self.assertEqual(e.exception.code, 9)
+
+
+if __name__ == "__main__":
+    harness.run_tests(globals())

@@ -1,0 +1,57 @@
+"""One PyTorch worker of a test job: trains `--model` on synthetic data with
+fulcrum.torch until the job ends, then saves its parameters."""
+
+import argparse
+import math
+
+import torch
+import torch.nn.functional as F
+
+import fulcrum
+import fulcrum.torch
+import models
+
+p = argparse.ArgumentParser()
+p.add_argument("--coordinator", required=True)
+p.add_argument("--job", required=True)
+p.add_argument("--model", default="cnn")
+p.add_argument("--samples", type=int, default=600)
+p.add_argument("--out", default="")
+p.add_argument("--averaging", action="store_true", help="the worker's own SGD")
+p.add_argument("--lr", type=float, default=0.05)
+p.add_argument("--momentum", type=float, default=0.9)
+p.add_argument("--nan_at", type=int, default=-1, help="push a NaN gradient at this step")
+p.add_argument("--report_every", type=int, default=5)
+p.add_argument("--step_delay", type=float, default=0.0)
+args = p.parse_args()
+
+model = models.make(args.model)
+data = models.synthetic(args.samples)
+opt = (torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+       if args.averaging else None)
+w = fulcrum.torch.Worker(model, coordinator=args.coordinator, job=args.job,
+                         optimizer=opt, join_timeout=60, step_timeout=60)
+print(f"joined rank {w.rank} of {w.world_size} at step {w.step_num}", flush=True)
+x_all, y_all = data.tensors
+try:
+    for x, y in w.data(data):
+        loss = F.cross_entropy(model(x), y)
+        if w.step_num == args.nan_at:
+            loss = loss * math.nan  # a diverged worker's gradient
+        loss.backward()
+        w.step()
+        if args.step_delay:
+            import time
+            time.sleep(args.step_delay)
+        if w.rank == 0 and w.step_num % args.report_every == 0:
+            with torch.no_grad():
+                acc = (model(x_all).argmax(1) == y_all).float().mean().item()
+            w.report(loss=loss.item(), accuracy=acc)
+except fulcrum.FulcrumError as e:
+    print(f"failed: code {e.code}: {e.message}", flush=True)
+    w.finish(error=e.message)
+    raise SystemExit(3)
+if args.out:
+    torch.save({k: v.clone() for k, v in model.state_dict().items()}, args.out)
+print(f"done at step {w.step_num}", flush=True)
+w.finish()

@@ -1,0 +1,248 @@
+#include "worker/coordinator_link.h"
+
+#include <unistd.h>
+
+#include <iostream>
+
+#include "common/net/grpc_options.h"
+#include "common/net/retry.h"
+#include "common/status/grpc_status.h"
+
+namespace fulcrum {
+
+CoordinatorLink::CoordinatorLink(Options options)
+    : options_(std::move(options)),
+      stub_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator))) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  hostname_ = host;
+}
+
+CoordinatorLink::~CoordinatorLink() {
+  Shutdown();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void CoordinatorLink::Shutdown() {
+  if (!shutdown_.HasBeenNotified()) shutdown_.Notify();
+  absl::MutexLock lock(&mu_);
+  changed_.SignalAll();
+}
+
+absl::Status CoordinatorLink::Register() {
+  v1::RegisterWorkerRequest request;
+  request.set_hostname(hostname_);
+  request.set_device(options_.device);
+  request.set_job_id(options_.job_id);
+  v1::RegisterWorkerResponse response;
+  // Until the coordinator answers; a refusal (an unknown job) is final.
+  absl::Status s = RetryWithBackoff(
+      [&] {
+        grpc::ClientContext context;
+        SetTimeout(&context, std::chrono::seconds(5));
+        return FromGrpcStatus(
+            stub_->RegisterWorker(&context, request, &response));
+      },
+      RetryOptions(), &shutdown_,
+      [this](const absl::Status& failed) {
+        std::cerr << options_.log_prefix << ": register failed ("
+                  << failed.message() << "), retrying\n";
+      });
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  worker_id_ = response.worker_id();
+  interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
+  std::cerr << options_.log_prefix << ": registered as " << worker_id_
+            << " (" << options_.device << ")\n";
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorLink::Start() {
+  if (absl::Status s = Register(); !s.ok()) return s;
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  return absl::OkStatus();
+}
+
+bool CoordinatorLink::Heartbeat() {
+  v1::WorkerHeartbeatRequest request;
+  int64_t interval;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_worker_id(worker_id_);
+    state_.FillHeartbeat(&request);
+    *request.mutable_progress() = progress_;
+    interval = state_.FastPoll(absl::Now())
+                   ? std::min<int64_t>(50, interval_ms_)
+                   : interval_ms_;
+    poke_ = false;
+  }
+  request.set_hostname(hostname_);
+  request.set_device(options_.device);
+  grpc::ClientContext context;
+  SetTimeout(&context,
+             std::chrono::milliseconds(std::max<int64_t>(1000, interval)));
+  v1::WorkerHeartbeatResponse response;
+  const grpc::Status s = stub_->WorkerHeartbeat(&context, request, &response);
+  if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+    // The coordinator dropped us (lease expired): a job we train is gone.
+    {
+      absl::MutexLock lock(&mu_);
+      state_.OnForgotten();
+      changed_.SignalAll();
+    }
+    return Register().ok();
+  }
+  absl::MutexLock lock(&mu_);
+  if (s.ok() && state_.OnAnswer(response.assignment())) changed_.SignalAll();
+  const absl::Time until = absl::Now() + absl::Milliseconds(interval);
+  while (!poke_ && !shutdown_.HasBeenNotified()) {
+    if (changed_.WaitWithDeadline(&mu_, until)) break;
+  }
+  return true;
+}
+
+void CoordinatorLink::HeartbeatLoop() {
+  while (!shutdown_.HasBeenNotified()) {
+    if (!Heartbeat()) return;
+  }
+}
+
+std::optional<AgentState::Work> CoordinatorLink::WaitForWork(
+    absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (!state_.has_work() && !shutdown_.HasBeenNotified() &&
+         absl::Now() < deadline) {
+    changed_.WaitWithDeadline(&mu_,
+                              std::min(deadline, absl::Now() + absl::Milliseconds(200)));
+  }
+  if (shutdown_.HasBeenNotified()) return std::nullopt;
+  std::optional<AgentState::Work> work = state_.Take();
+  if (work.has_value()) progress_.Clear();
+  return work;
+}
+
+void CoordinatorLink::Prepared(const std::string& job_id,
+                               const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  state_.Prepared(job_id, status, absl::Now());
+  poke_ = true;
+  changed_.SignalAll();
+}
+
+v1::Progress CoordinatorLink::LastProgress() {
+  absl::MutexLock lock(&mu_);
+  return progress_;
+}
+
+void CoordinatorLink::Finished() {
+  absl::MutexLock lock(&mu_);
+  state_.Finished();
+}
+
+std::optional<Assignment> CoordinatorLink::NextAssignment(
+    const std::string& job_id, int64_t generation, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  poke_ = true;  // ask the coordinator now, not at the next interval
+  changed_.SignalAll();
+  absl::Time poke_again = absl::Now() + absl::Milliseconds(100);
+  for (;;) {
+    if (std::optional<v1::WorkerAssignment> a =
+            state_.TakeNextGeneration(job_id, generation)) {
+      return FromProto(*a);
+    }
+    if (state_.leaving() || shutdown_.HasBeenNotified()) return std::nullopt;
+    if (absl::Now() >= deadline) return std::nullopt;
+    changed_.WaitWithDeadline(&mu_, std::min(deadline, poke_again));
+    if (absl::Now() >= poke_again) {  // keep asking while we wait
+      poke_ = true;
+      changed_.SignalAll();
+      poke_again = absl::Now() + absl::Milliseconds(100);
+    }
+  }
+}
+
+absl::StatusOr<v1::LeaseChunkResponse> CoordinatorLink::LeaseChunk(
+    const v1::LeaseChunkRequest& request) {
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(5));
+  v1::LeaseChunkResponse response;
+  grpc::Status s = stub_->LeaseChunk(&context, request, &response);
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
+}
+
+absl::StatusOr<v1::DeclareModelResponse> CoordinatorLink::DeclareModel(
+    const v1::DeclareModelRequest& request) {
+  v1::DeclareModelResponse response;
+  absl::Status s = RetryWithBackoff(
+      [&] {
+        grpc::ClientContext context;
+        SetTimeout(&context, std::chrono::seconds(10));
+        return FromGrpcStatus(stub_->DeclareModel(&context, request, &response));
+      },
+      RetryOptions{std::chrono::milliseconds(100),
+                   std::chrono::milliseconds(2000), 10, false},
+      &shutdown_);
+  if (!s.ok()) return s;
+  return response;
+}
+
+bool CoordinatorLink::registered() {
+  absl::MutexLock lock(&mu_);
+  return !worker_id_.empty();
+}
+
+std::string CoordinatorLink::worker_id() {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+void CoordinatorLink::Update(const v1::Progress& progress) {
+  absl::MutexLock lock(&mu_);
+  progress_ = progress;
+}
+
+bool CoordinatorLink::Leaving() {
+  absl::MutexLock lock(&mu_);
+  return state_.leaving() || shutdown_.HasBeenNotified();
+}
+
+void CoordinatorLink::Report(const v1::Progress& progress,
+                             const std::string& error) {
+  v1::ReportProgressRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_worker_id(worker_id_);
+    request.set_job_id(state_.job().job_id());
+  }
+  *request.mutable_progress() = progress;
+  request.set_done(error.empty());
+  request.set_error(error);
+  RetryOptions retry;
+  retry.max_attempts = 5;
+  absl::Status s = RetryWithBackoff(
+      [&] {
+        grpc::ClientContext context;
+        SetTimeout(&context, std::chrono::seconds(5));
+        v1::ReportProgressResponse response;
+        return FromGrpcStatus(
+            stub_->ReportProgress(&context, request, &response));
+      },
+      retry, nullptr);
+  if (!s.ok()) {
+    std::cerr << options_.log_prefix << ": could not report the outcome of "
+              << request.job_id() << ": " << s.message() << "\n";
+  }
+}
+
+void CoordinatorLink::Leave() {
+  if (heartbeat_.joinable()) heartbeat_.join();
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(2));
+  v1::LeaveRequest leave;
+  leave.set_member_id(worker_id());
+  v1::LeaveResponse left;
+  stub_->Leave(&context, leave, &left);  // best effort
+}
+
+}  // namespace fulcrum
