@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> ServeProcessMetrics(
                  {"role", "version"})
       .WithLabels({role, kFulcrumVersion})
       .Set(1);
+  if (port < 0) return std::unique_ptr<HttpServer>();  // metrics off
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(address, port, registry, std::move(ready));
   if (!server.ok()) return server.status();

@@ -41,5 +41,15 @@ TEST(HttpServerTest, BusyPortIsAClearError) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
 }
 
+// --metrics_port=-1 turns the endpoint off, as the flags say (it failed
+// with "Failed to setup server ports" before).
+TEST(ServeProcessMetricsTest, ANegativePortMeansNoEndpoint) {
+  Registry registry;
+  auto server = ServeProcessMetrics("worker", "127.0.0.1", -1, "", &registry,
+                                    nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(*server, nullptr);
+}
+
 }  // namespace
 }  // namespace fulcrum::metrics

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/job_spec.h"
+#include "common/config/model_layout.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/job_status_view.h"
 
@@ -131,12 +132,6 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
       if (job == nullptr) {
         return absl::NotFoundError(
             absl::StrCat("job_id '", request.job_id(), "' not found"));
-      }
-      if (!job->external()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "job_id '", request.job_id(), "' has model.type '",
-            job->spec().model().type(),
-            "': fulcrum-worker trains it, not an external trainer"));
       }
     }
     bool persist = false;
@@ -517,6 +512,19 @@ std::string FirstDifference(const v1::ModelSpec& have,
   return "";
 }
 
+// A built-in model's tensors, as an external trainer must declare them.
+v1::ModelSpec BuiltInTensors(const v1::JobSpec& spec) {
+  v1::ModelSpec out;
+  absl::StatusOr<ParameterLayout> layout = LayoutForSpec(spec);
+  if (!layout.ok()) return out;
+  for (const TensorInfo& t : layout->tensors()) {
+    v1::TensorSpec* o = out.add_tensors();
+    o->set_name(t.name);
+    for (int64_t d : t.shape) o->add_shape(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::DeclareModelResponse> Coordinator::DeclareModel(
@@ -541,9 +549,19 @@ absl::StatusOr<v1::DeclareModelResponse> Coordinator::DeclareModel(
                        w->pinned_job, "', not ", request.job_id()));
     }
     v1::ModelSpec declared = job->spec().model();
+    declared.set_type("external");
+    declared.clear_layers();
     declared.mutable_tensors()->CopyFrom(request.tensors());
     if (absl::Status s = ValidateModelSpec(declared); !s.ok()) return s;
-    if (job->spec().model().tensors_size() == 0) {
+    if (!job->external()) {
+      // A built-in model: an external trainer must have its very tensors.
+      if (std::string diff = FirstDifference(BuiltInTensors(job->spec()),
+                                             request.tensors());
+          !diff.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the model does not match job ", job->id(), ": ", diff));
+      }
+    } else if (job->spec().model().tensors_size() == 0) {
       *job->status.mutable_spec()->mutable_model() = declared;
       ticket = Persist(*job);
     } else if (std::string diff = FirstDifference(job->spec().model(),

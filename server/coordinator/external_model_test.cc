@@ -115,11 +115,17 @@ TEST_F(ExternalModelTest, TheFirstDeclarationIsTheModelAndLaterOnesMustMatch) {
   EXPECT_TRUE(Declare(w2, job, {Tensor("w", {4, 2}), Tensor("b", {2})}).ok());
 }
 
-TEST_F(ExternalModelTest, RegisteringForAJobChecksIt) {
+TEST_F(ExternalModelTest, RegisteringForAnUnknownJobIsRefused) {
   v1::RegisterWorkerRequest r;
   r.set_job_id("job-404");
   EXPECT_EQ(coordinator_.RegisterWorker(r).status().code(),
             absl::StatusCode::kNotFound);
+  EXPECT_TRUE(coordinator_.ListMembers().empty());
+}
+
+// An external trainer may train a built-in model's job if it declares that
+// model's very tensors (fulcrum-worker and PyTorch workers in one job).
+TEST_F(ExternalModelTest, AnExternalTrainerOfABuiltInModelDeclaresItsTensors) {
   v1::JobSpec mlp;
   mlp.set_name("mlp");
   mlp.mutable_model()->set_type("mlp");
@@ -127,10 +133,21 @@ TEST_F(ExternalModelTest, RegisteringForAJobChecksIt) {
   mlp.mutable_model()->add_layers(2);
   mlp.mutable_dataset()->set_dir("/d");
   mlp.mutable_optimizer()->set_lr(0.1);
-  r.set_job_id(*coordinator_.SubmitJob(mlp));
-  EXPECT_EQ(coordinator_.RegisterWorker(r).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(coordinator_.ListMembers().empty());
+  const std::string job = *coordinator_.SubmitJob(mlp);
+  const std::string w = Register(job);
+  auto wrong = Declare(w, job, {Tensor("fc1.weight", {2, 5}),
+                                Tensor("fc1.bias", {2})});
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(wrong.status().message().find(
+                "tensors[0] 'fc1.weight' [2, 5] differs from the job's "
+                "'fc1.weight' [2, 4]"),
+            std::string::npos)
+      << wrong.status();
+  EXPECT_TRUE(Declare(w, job, {Tensor("fc1.weight", {2, 4}),
+                               Tensor("fc1.bias", {2})})
+                  .ok());
+  EXPECT_EQ(coordinator_.GetJob(job)->spec().model().type(), "mlp")
+      << "the job's model is unchanged";
 }
 
 }  // namespace

@@ -72,7 +72,10 @@ std::vector<std::string> MemberRegistry::IdleWorkers(const std::string& job_id,
                                                      bool external) const {
   std::vector<std::string> idle;
   for (const auto& [id, w] : workers_) {
-    const bool fits = external ? w.pinned_job == job_id : w.pinned_job.empty();
+    // A built-in model is trained by any worker, and by external trainers
+    // registered for it (they declared its tensors); an external model only
+    // by those.
+    const bool fits = w.pinned_job == job_id || (!external && w.pinned_job.empty());
     if (w.job_id.empty() && fits) idle.push_back(id);
   }
   return idle;

@@ -65,8 +65,8 @@ class MemberRegistry {
     return workers_;
   }
   const std::map<std::string, ShardMember>& shards() const { return shards_; }
-  // Idle workers that can train `job_id`: the ones pinned to it for an
-  // external model, the unpinned ones for a built-in model.
+  // Idle workers that can train `job_id`: the ones registered for it, and
+  // for a built-in model the unpinned ones too.
   std::vector<std::string> IdleWorkers(const std::string& job_id,
                                        bool external) const;
 

@@ -215,7 +215,7 @@ absl::Status JobShard::RestoreCheckpoint(int64_t step) {
 }
 
 void JobShard::AwaitValues() {
-  initialized_ = false;
+  initialized_ = ids_.empty();  // a shard without partitions has nothing due
   complete_partitions_ = 0;
   for (int32_t id : ids_) {
     PartitionState& p = *slots_[id];

@@ -45,6 +45,37 @@ def synthetic(n=600, side=12, classes=4, seed=9):
     return torch.utils.data.TensorDataset(x, y)
 
 
+def write_idx(directory, train=600, test=200, side=12, classes=4, seed=5):
+    """Fashion-MNIST-like IDX files (uint8 images of class templates plus
+    noise) that fulcrum-worker and these tests read alike."""
+    import os
+    import struct
+    os.makedirs(directory, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    templates = torch.randint(0, 256, (classes, side * side), generator=g).float()
+    for split, n in (("train", train), ("t10k", test)):
+        labels = torch.randint(0, classes, (n,), generator=g)
+        noise = torch.randint(0, 256, (n, side * side), generator=g).float()
+        images = (0.7 * templates[labels] + 0.3 * noise).clamp(0, 255).to(torch.uint8)
+        with open(os.path.join(directory, f"{split}-images-idx3-ubyte"), "wb") as f:
+            f.write(struct.pack(">iiii", 0x803, n, side, side) + images.numpy().tobytes())
+        with open(os.path.join(directory, f"{split}-labels-idx1-ubyte"), "wb") as f:
+            f.write(struct.pack(">ii", 0x801, n) + labels.to(torch.uint8).numpy().tobytes())
+
+
+def read_idx(directory, split="train"):
+    """A TensorDataset of an IDX split: images scaled to [0, 1], flat."""
+    import os
+    import struct
+    with open(os.path.join(directory, f"{split}-images-idx3-ubyte"), "rb") as f:
+        _, n, rows, cols = struct.unpack(">iiii", f.read(16))
+        x = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).float() / 255.0
+    with open(os.path.join(directory, f"{split}-labels-idx1-ubyte"), "rb") as f:
+        f.read(8)
+        y = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+    return torch.utils.data.TensorDataset(x.view(n, rows * cols), y)
+
+
 def make(kind, seed=3):
     torch.manual_seed(seed)  # the same initial weights in every process
     if kind == "cnn":

@@ -116,7 +116,7 @@ class PyTorchWorkersTest(unittest.TestCase):
                             "--step_delay", "0.03")
         status = self.cluster.wait_state(job_id, ["SUCCEEDED", "FAILED"], 180)
         self.assertEqual(status["state"], "SUCCEEDED", self.cluster.logs())
-        kinds = [(e.get("kind"), e.get("memberId")) for e in status["events"]]
+        kinds = [(e.get("kind"), e.get("member_id")) for e in status["events"]]
         self.assertIn("lost", [k for k, _ in kinds], kinds)
         epochs = status["epochs"]
         self.assertGreaterEqual(len(epochs), 2)
@@ -125,6 +125,34 @@ class PyTorchWorkersTest(unittest.TestCase):
         self.assertLessEqual(int(epochs[-1].get("trained", 0)), int(epochs[-1]["total"]))
         self.assertEqual(self.cluster.procs["w0"].wait(timeout=30), 0,
                          "the survivor trained on without a restart")
+
+    def test_a_cpp_and_a_pytorch_worker_train_one_job(self):
+        data = os.path.join(self.cluster.dir, "idx")
+        models.write_idx(data)
+        job_id = self.cluster.submit(
+            "name: mixed\nmodel: {type: mlp, layers: [144, 32, 16, 4]}\n"
+            f"dataset: {{dir: {data}}}\n"
+            "optimizer: {type: momentum, lr: 0.05, momentum: 0.9}\n"
+            "batch_size: 16\nepochs: 4\nworkers: {min: 2, max: 2}\nshards: 2\n"
+            "eval_every_steps: 20\n")
+        self.cluster._start("cpp", [harness.runfile("worker/fulcrum-worker"),
+                                    f"--coordinator={self.cluster.coordinator}",
+                                    "--max_jobs=1", "--metrics_port=-1"])
+        self.cluster.worker("torch", "train_worker.py", "--job", job_id,
+                            "--model", "mlp", "--idx", data)
+        status = self.cluster.wait_state(job_id, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual(status["state"], "SUCCEEDED", self.cluster.logs())
+        self.assertEqual(len(status["workers"]), 2)
+        # The shards' ledger reaches the coordinator with their next
+        # heartbeat after the end.
+        status = self.cluster._wait(
+            lambda: (lambda s: all(int(e.get("trained", 0)) == int(e["total"])
+                                   for e in s["epochs"]) and s)(
+                self.cluster.status(job_id)), 10, "the final ledger")
+        self.assertEqual(len(status["epochs"]), 4)
+        self.assertGreater(float(status["progress"].get("test_accuracy", 0)), 0.5,
+                           (status, self.cluster.logs()))
+        self.finish(["cpp", "torch"])
 
     def test_a_mismatched_model_is_refused_and_the_job_unaffected(self):
         job_id = self.cluster.submit(job("mismatch", epochs=3, workers=(1, 2),

@@ -86,7 +86,23 @@ class Worker:
     # -- membership --------------------------------------------------------
 
     def _join(self, call):
-        a = call()
+        try:
+            a = call()
+        except GenerationEnded as e:
+            a = self._next_generation(e)
+        self._take(a)
+
+    def _next_generation(self, error, attempts=10):
+        """The next generation's assignment; the generation may move on
+        again while this worker joins (another member joined or left)."""
+        for _ in range(attempts):
+            try:
+                return self._native.rejoin(error.code)
+            except GenerationEnded as e:
+                error = e
+        raise error
+
+    def _take(self, a):
         self.rank, self.world_size = a.rank, a.world_size
         self.generation, self.step_num = a.generation, a.first_step
         self.batch_size, self.epochs = a.batch_size, a.epochs
@@ -100,7 +116,7 @@ class Worker:
         self._done_chunks = []
 
     def _rejoin(self, error):
-        self._join(lambda: self._native.rejoin(error.code))
+        self._take(self._next_generation(error))
 
     def _load_parameters(self):
         """The job's values into the model: once bound as views on the CPU
