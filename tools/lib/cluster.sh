@@ -3,6 +3,8 @@
 #   cluster_build                       # setup.sh + bazel build; sets $bin
 #   cluster_start DIR SHARDS            # coordinator + shards; sets $coord
 #   cluster_add_worker DIR NAME [FLAG...]
+#   cluster_build_torch                 # + libfulcrum.so for fulcrum.torch
+#   cluster_add_torch_worker DIR NAME SCRIPT [ARG...]  # a PyTorch worker
 #   cluster_wait_members N              # until N workers+shards registered
 #   ctl ARGS...                         # fulcrumctl against the cluster
 #   cluster_job_yaml FILE STEPS W S [MAX] # the benchmarks' reference job
@@ -68,6 +70,23 @@ cluster_add_worker() {
   "$bin/worker/fulcrum-worker" --coordinator="$coord" \
     --metrics_port_file="$dir/$name.metrics_port" "${cluster_flags[@]}" "$@" \
     2>"$dir/$name.log" &
+  cluster_pids+=($!)
+}
+
+cluster_build_torch() {
+  bazel build --noshow_progress //worker/capi:libfulcrum.so
+  bazel shutdown
+}
+
+# A PyTorch script with fulcrum (client/python) and the examples importable,
+# on the libfulcrum.so cluster_build_torch built. Its output goes to
+# DIR/NAME.log.
+cluster_add_torch_worker() {
+  local dir=$1 name=$2 script=$3
+  shift 3
+  PYTHONPATH="$PWD/client/python:$PWD/examples/torch" \
+    FULCRUM_LIB="$bin/worker/capi/libfulcrum.so" PYTHONUNBUFFERED=1 \
+    /usr/bin/python3 "$script" --coordinator="$coord" "$@" >"$dir/$name.log" 2>&1 &
   cluster_pids+=($!)
 }
 
