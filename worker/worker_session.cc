@@ -91,7 +91,8 @@ absl::Status WorkerSession::WaitForParameters(
 }
 
 absl::StatusOr<std::optional<ChunkLease>> WorkerSession::LeaseChunk(
-    const std::vector<int64_t>& done, int64_t dataset_size, bool* exhausted) {
+    const std::vector<int64_t>& done, int64_t dataset_size, bool* exhausted,
+    const std::vector<int64_t>& in_flight) {
   if (link_ == nullptr) {
     return absl::FailedPreconditionError(
         "dataset.sharding 'chunks' needs a coordinator to lease chunks from; "
@@ -103,6 +104,7 @@ absl::StatusOr<std::optional<ChunkLease>> WorkerSession::LeaseChunk(
   request.set_generation(assignment_.generation);
   request.set_dataset_size(dataset_size);
   for (int64_t id : done) request.add_done(id);
+  for (int64_t id : in_flight) request.add_in_flight(id);
   ASSIGN_OR_RETURN(const v1::LeaseChunkResponse got,
                    link_->LeaseChunk(request));
   *exhausted = got.exhausted();

@@ -83,12 +83,13 @@ class WorkerSession {
                                  absl::FunctionRef<void(int32_t)> arrived);
 
   // Reports the chunks finished since the last call and leases the next
-  // one. nullopt: nothing to lease now (others still train the last chunks;
+  // one (besides the `in_flight` ones: handed out whole, not yet trained;
+  // see LeaseChunkRequest.in_flight). nullopt: nothing to lease now (others still train the last chunks;
   // ask again later), or *exhausted: every chunk of every epoch is done.
   // ABORTED: the generation ended. FAILED_PRECONDITION without a link.
   absl::StatusOr<std::optional<ChunkLease>> LeaseChunk(
       const std::vector<int64_t>& done, int64_t dataset_size,
-      bool* exhausted);
+      bool* exhausted, const std::vector<int64_t>& in_flight = {});
 
   void Report(const v1::Progress& progress);
   // The worker is leaving (shutdown, or the job was cancelled). Any thread.

@@ -8,7 +8,7 @@ std::vector<TensorInfo> TensorsOf(const v1::ModelSpec& model) {
   std::vector<TensorInfo> tensors;
   for (const v1::TensorSpec& t : model.tensors()) {
     tensors.push_back(
-        {t.name(), {t.shape().begin(), t.shape().end()}, 0, 0, 0});
+        {t.name(), {t.shape().begin(), t.shape().end()}, 0, 0, 0, t.buffer()});
   }
   return tensors;
 }

@@ -148,6 +148,23 @@ int64_t ParameterLayout::ShardBytes(int shard) const {
   return bytes;
 }
 
+std::vector<std::pair<int64_t, int64_t>> BufferRanges(
+    const ParameterLayout& layout, const Partition& p) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const TensorInfo& t : layout.tensors()) {
+    if (!t.buffer) continue;
+    const int64_t lo = std::max(t.offset, p.offset);
+    const int64_t hi = std::min(t.offset + t.size, p.offset + p.size);
+    if (lo >= hi) continue;
+    if (!out.empty() && out.back().second == lo - p.offset) {
+      out.back().second = hi - p.offset;  // adjacent buffers: one range
+    } else {
+      out.emplace_back(lo - p.offset, hi - p.offset);
+    }
+  }
+  return out;
+}
+
 void InitializeParameters(const ParameterLayout& layout, uint64_t seed,
                           int64_t begin, int64_t end, float* out) {
   const uint64_t key = SplitMix64(seed ^ 0x46756c6372756dULL);  // "Fulcrum"

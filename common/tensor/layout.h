@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,6 +20,7 @@ struct TensorInfo {
   int64_t offset = 0;          // first element in the flat vector
   int64_t size = 0;            // number of elements
   int64_t fan_in = 0;          // for initialisation
+  bool buffer = false;         // a running statistic: averaged, not optimized
 };
 
 struct Partition {
@@ -72,6 +74,11 @@ class ParameterLayout {
   int num_shards_ = 1;
   int64_t total_size_ = 0;
 };
+
+// The elements of partition `p` that belong to buffer tensors, as [begin,
+// end) ranges relative to p.offset, ascending.
+std::vector<std::pair<int64_t, int64_t>> BufferRanges(
+    const ParameterLayout& layout, const Partition& p);
 
 // Deterministic initial value of every element in [begin, end) of the flat
 // vector, written to out[0 .. end-begin). Depends only on (seed, element

@@ -95,6 +95,30 @@ TEST(LayoutTest, MoreShardsThanPartitionsLeavesSomeEmpty) {
   EXPECT_TRUE(layout->PartitionsOfShard(2).empty());
 }
 
+TEST(LayoutTest, BufferRangesArePartitionRelative) {
+  // w [6], rm [3] (buffer), rv [3] (buffer), b [4]; 32-byte partitions.
+  std::vector<TensorInfo> tensors = {{"w", {6}},
+                                     {"rm", {3}, 0, 0, 0, true},
+                                     {"rv", {3}, 0, 0, 0, true},
+                                     {"b", {4}}};
+  auto layout = ParameterLayout::ForTensors(tensors, 1, 32);
+  ASSERT_TRUE(layout.ok());
+  ExpectCovers(*layout, 32);
+  // Buffers are elements [6, 12) of the flat vector, whatever the cut.
+  std::vector<bool> buffer(16, false);
+  for (const Partition& p : layout->partitions()) {
+    int64_t last_end = -1;
+    for (const auto& [begin, end] : BufferRanges(*layout, p)) {
+      ASSERT_LT(begin, end);
+      ASSERT_GT(begin, last_end);  // ascending, adjacent ones merged
+      ASSERT_LE(end, p.size);
+      last_end = end;
+      for (int64_t i = begin; i < end; ++i) buffer[p.offset + i] = true;
+    }
+  }
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(buffer[i], i >= 6 && i < 12) << i;
+}
+
 TEST(LayoutTest, RejectsBadInput) {
   EXPECT_EQ(ParameterLayout::ForMlp({784}, 1, k4MiB).status().code(),
             absl::StatusCode::kInvalidArgument);

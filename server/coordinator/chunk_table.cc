@@ -46,8 +46,9 @@ void ChunkTable::Release(const std::string& worker) {
   }
 }
 
-v1::LeaseChunkResponse ChunkTable::Lease(const std::string& worker,
-                                         const std::vector<int64_t>& done) {
+v1::LeaseChunkResponse ChunkTable::Lease(
+    const std::string& worker, const std::vector<int64_t>& done,
+    const std::vector<int64_t>& in_flight) {
   for (int64_t id : done) {
     auto c = chunks_.find(id);
     if (c != chunks_.end() && c->second.holder == worker) {
@@ -66,12 +67,16 @@ v1::LeaseChunkResponse ChunkTable::Lease(const std::string& worker,
     r->set_end(c.end);
     response.set_epoch(static_cast<int32_t>(id / per));
   };
+  int held = 0;
   for (auto& [id, c] : chunks_) {  // a lease the worker already holds
-    if (c.holder == worker) {
+    if (c.holder != worker) continue;
+    if (std::find(in_flight.begin(), in_flight.end(), id) == in_flight.end()) {
       lease(id, c);
       return response;
     }
+    ++held;
   }
+  if (held >= kMaxInFlight) return response;  // none now: train those first
   bool all_done = true;
   for (int64_t epoch = 0; epoch < epochs_; ++epoch) {
     EnsureEpoch(epoch);

@@ -33,10 +33,16 @@ class ChunkTable {
   void Rebuild(const LedgerMap& ledger);
   // The worker left: its lease returns to the queue.
   void Release(const std::string& worker);
-  // Reports `done` chunks of `worker` and leases it the next one (the one
-  // it holds, if any). exhausted: every chunk of every epoch is done.
+  // The most chunks one worker holds at once (in flight + the current one).
+  static constexpr int kMaxInFlight = 4;
+
+  // Reports `done` chunks of `worker` and leases it the next one: the one
+  // it holds and has not named `in_flight`, if any, else a free one (none
+  // when it holds kMaxInFlight already). exhausted: every chunk of every
+  // epoch is done.
   v1::LeaseChunkResponse Lease(const std::string& worker,
-                               const std::vector<int64_t>& done);
+                               const std::vector<int64_t>& done,
+                               const std::vector<int64_t>& in_flight = {});
   // Samples per epoch as the ledger has them (trained == total for every
   // epoch is exactly once).
   std::vector<v1::EpochSamples> Epochs(const LedgerMap& ledger) const;

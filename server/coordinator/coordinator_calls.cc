@@ -478,17 +478,20 @@ absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
   }
   w->last_heartbeat = options_.env->Now();
   return chunks.Lease(request.worker_id(),
-                      {request.done().begin(), request.done().end()});
+                      {request.done().begin(), request.done().end()},
+                      {request.in_flight().begin(), request.in_flight().end()});
 }
 
 namespace {
 
-// The first tensor whose name or shape differs, as a message; empty: none.
+// The first tensor whose name, shape or kind differs, as a message; empty:
+// none.
 std::string FirstDifference(const v1::ModelSpec& have,
                             const google::protobuf::RepeatedPtrField<
                                 v1::TensorSpec>& want) {
   auto shape = [](const v1::TensorSpec& t) {
-    return absl::StrCat("[", absl::StrJoin(t.shape(), ", "), "]");
+    return absl::StrCat("[", absl::StrJoin(t.shape(), ", "), "]",
+                        t.buffer() ? " (buffer)" : "");
   };
   const int n = std::max(have.tensors_size(), want.size());
   for (int i = 0; i < n; ++i) {
@@ -501,7 +504,7 @@ std::string FirstDifference(const v1::ModelSpec& have,
                           "' is not in the job's model");
     }
     const v1::TensorSpec& h = have.tensors(i);
-    if (h.name() != want[i].name() ||
+    if (h.name() != want[i].name() || h.buffer() != want[i].buffer() ||
         !std::equal(h.shape().begin(), h.shape().end(),
                     want[i].shape().begin(), want[i].shape().end())) {
       return absl::StrCat("tensors[", i, "] '", want[i].name(), "' ",

@@ -112,6 +112,15 @@ TEST_F(ExternalModelTest, TheFirstDeclarationIsTheModelAndLaterOnesMustMatch) {
                 "tensors[1] 'b' [3] differs from the job's 'b' [2]"),
             std::string::npos)
       << other.status();
+  // The same shapes, but "b" a buffer where the job's is a parameter.
+  v1::TensorSpec buffer = Tensor("b", {2});
+  buffer.set_buffer(true);
+  auto kind = Declare(w2, job, {Tensor("w", {4, 2}), buffer});
+  EXPECT_EQ(kind.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(kind.status().message().find(
+                "tensors[1] 'b' [2] (buffer) differs from the job's 'b' [2]"),
+            std::string::npos)
+      << kind.status();
   EXPECT_TRUE(Declare(w2, job, {Tensor("w", {4, 2}), Tensor("b", {2})}).ok());
 }
 

@@ -45,6 +45,8 @@ class ArrivalAggregator : public Aggregator {
                                              ctx_.clocks->ActiveMembers());
       ApplyUpdate(ctx_.optimizer, c.step, p.updates++, staged,
                   p.params.data(), p.state.data(), p.meta.size, scale);
+      // Buffers: the latest member's statistics (no average on arrival).
+      SetBuffers(p.buffers, staged, 1.0f, p.params.data());
       ++p.version;
       if (p.tracks_ledger) p.ledger.Add(c.range);
     }

@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
     p->meta = job->layout_.partitions()[id];
     p->num_chunks = (p->meta.size + job->chunk_elems_ - 1) / job->chunk_elems_;
     p->tracks_ledger = id == 0;
+    p->buffers = BufferRanges(job->layout_, p->meta);
     absl::MutexLock lock(&p->mu);
     p->params.resize(p->meta.size);
     InitializeParameters(job->layout_, init.spec.seed(), p->meta.offset,

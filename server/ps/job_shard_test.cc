@@ -300,5 +300,67 @@ TEST(ExternalModelShardTest, ValuesComeFromAMemberOnceAndAreNeverReplaced) {
   EXPECT_EQ(testing::ReadAll(**job), values) << "never replaced";
 }
 
+// Buffers (running statistics) take the pushes' sample-weighted average in
+// sync mode and the latest member's values on arrival; the parameters beside
+// them take the optimizer step as ever.
+JobInit BufferJob(const std::string& mode) {
+  JobInit init = testing::TinyJob({"a", "b"}, "momentum");
+  init.spec.mutable_model()->clear_layers();
+  init.spec.mutable_model()->set_type("external");
+  v1::TensorSpec* w = init.spec.mutable_model()->add_tensors();
+  w->set_name("w");
+  w->add_shape(6);
+  v1::TensorSpec* rm = init.spec.mutable_model()->add_tensors();
+  rm->set_name("bn.running_mean");
+  rm->add_shape(4);
+  rm->set_buffer(true);
+  init.spec.mutable_consistency()->set_mode(mode);
+  return init;
+}
+
+std::unique_ptr<JobShard> Initialized(const JobInit& init,
+                                      const std::vector<float>& values) {
+  auto job = JobShard::Create(init);
+  EXPECT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE((*job)
+                  ->Initialize("a", init.generation, 0, 0,
+                               reinterpret_cast<const char*>(values.data()),
+                               values.size() * 4)
+                  .ok());
+  return std::move(*job);
+}
+
+TEST(BufferShardTest, SyncKeepsTheWeightedAverageOfThePushedValues) {
+  const std::vector<float> w0 = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+  std::unique_ptr<JobShard> job = Initialized(BufferJob("sync"), w0);
+  // a: 3 samples, gradient 1, running_mean 2; b: 1 sample, 5 and 6.
+  const std::vector<float> ga = {1, 1, 1, 1, 1, 1, 2, 2, 2, 2};
+  const std::vector<float> gb = {5, 5, 5, 5, 5, 5, 6, 6, 6, 6};
+  ASSERT_TRUE(job->Push(0, Chunk(0, ga, 3)).ok());
+  ASSERT_TRUE(Completed(job->Push(1, Chunk(0, gb, 1))));
+  std::vector<float> w1 = ReadAll(*job);
+  // Parameters: momentum (first step v = g) w -= 0.5 * (3*1 + 5)/4 = 1.
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(w1[i], 0.0f) << i;
+  // Buffer: (3*2 + 1*6)/4 = 3, no optimizer step.
+  for (int i = 6; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], 3.0f) << i;
+  // Second step: the momentum state of buffer elements plays no part.
+  ASSERT_TRUE(job->Push(0, Chunk(1, ga, 1)).ok());
+  ASSERT_TRUE(Completed(job->Push(1, Chunk(1, ga, 1))));
+  std::vector<float> w2 = ReadAll(*job);
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(w2[i], -0.5f * (0.9f * 2 + 1));
+  for (int i = 6; i < 10; ++i) EXPECT_FLOAT_EQ(w2[i], 2.0f) << i;
+}
+
+TEST(BufferShardTest, AsyncKeepsTheLatestMembersValues) {
+  const std::vector<float> w0 = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+  std::unique_ptr<JobShard> job = Initialized(BufferJob("async"), w0);
+  const std::vector<float> gb = {2, 2, 2, 2, 2, 2, 6, 6, 6, 6};
+  ASSERT_TRUE(Completed(job->Push(1, Chunk(0, gb, 64))));
+  std::vector<float> w1 = ReadAll(*job);
+  // Scaled by samples / (batch * members) = 64 / (64 * 2): w -= 0.5 * 1.
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(w1[i], 0.5f) << i;
+  for (int i = 6; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], 6.0f) << i;
+}
+
 }  // namespace
 }  // namespace fulcrum

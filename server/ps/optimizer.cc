@@ -136,4 +136,11 @@ void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
   }
 }
 
+void SetBuffers(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                const float* values, float scale, float* w_out) {
+  for (const auto& [begin, end] : ranges) {
+    for (int64_t i = begin; i < end; ++i) w_out[i] = values[i] * scale;
+  }
+}
+
 }  // namespace fulcrum

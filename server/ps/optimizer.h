@@ -4,6 +4,8 @@
 #define FULCRUM_SERVER_PS_OPTIMIZER_H_
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "fulcrum/v1/job.pb.h"
 
@@ -62,6 +64,12 @@ void ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
                  const float* grad, const float* w_in, const float* state_in,
                  float* w_out, float* state_out, int64_t n,
                  float grad_scale = 1.0f);
+
+// Buffer elements (running statistics, TensorSpec.buffer) take no optimizer
+// step: w_out[i] = values[i] * scale over each [begin, end) of `ranges`,
+// where `values` holds the pushed values (summed, or one member's).
+void SetBuffers(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                const float* values, float scale, float* w_out);
 
 }  // namespace fulcrum
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -23,6 +24,10 @@ struct PartitionState {
   Partition meta;
   int64_t num_chunks = 0;  // of chunk_elems each (the last may be shorter)
   bool tracks_ledger = false;  // partition 0 holds the job's data ledger
+  // Elements of buffer tensors ([begin, end) from meta.offset): pushes
+  // carry their values, and a step keeps the pushes' average there instead
+  // of the optimizer's update (SetBuffers).
+  std::vector<std::pair<int64_t, int64_t>> buffers;
 
   absl::Mutex mu;
   absl::CondVar changed;  // version, generation or ended changed

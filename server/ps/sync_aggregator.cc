@@ -116,6 +116,8 @@ class SyncAggregator : public Aggregator {
                   p.params.data(), p.state.data(), b.prev_params.data(),
                   b.prev_state.data(), p.meta.size,
                   1.0f / static_cast<float>(total));
+      SetBuffers(p.buffers, b.accum.data(), 1.0f / static_cast<float>(total),
+                 b.prev_params.data());
       p.params.swap(b.prev_params);
       p.state.swap(b.prev_state);
     }

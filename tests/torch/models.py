@@ -20,6 +20,20 @@ class Cnn(nn.Module):
         return self.fc(x.flatten(1))
 
 
+class BnCnn(Cnn):
+    """The CNN with BatchNorm on its input and after conv1: buffers."""
+
+    def __init__(self, side=12, classes=4, width=8):
+        super().__init__(side, classes, width)
+        self.bn0 = nn.BatchNorm2d(1)
+        self.bn1 = nn.BatchNorm2d(width)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(self.bn0(x)))), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
 class Mlp(nn.Module):
     def __init__(self, sizes):
         super().__init__()
@@ -80,6 +94,8 @@ def make(kind, seed=3):
     torch.manual_seed(seed)  # the same initial weights in every process
     if kind == "cnn":
         return Cnn()
+    if kind == "bncnn":
+        return BnCnn()
     if kind == "mlp":
         return Mlp([144, 32, 16, 4])
     raise ValueError(kind)

@@ -36,9 +36,10 @@ def job(name, optimizer="{type: momentum, lr: 0.05, momentum: 0.9}", batch=8,
                       shards=shards, sharding=sharding, target=target)
 
 
-def reference(steps, batch, workers, seed=11, lr=0.05, momentum=0.9):
+def reference(steps, batch, workers, seed=11, lr=0.05, momentum=0.9,
+              kind="cnn"):
     """One plain process: the global batch of every step, torch.optim.SGD."""
-    model = models.make("cnn")
+    model = models.make(kind)
     data = models.synthetic()
     x_all, y_all = data.tensors
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -105,15 +106,45 @@ class PyTorchWorkersTest(unittest.TestCase):
         self.check_equivalent(job("averaging", optimizer="{type: average}",
                                   max_steps=50), "--averaging")
 
+    def test_batchnorm_statistics_are_the_workers_average(self):
+        # Buffers go to the shards as values and come back averaged: both
+        # replicas hold the same statistics, and those of the input's
+        # BatchNorm (which see only the data) equal one process's with the
+        # global batch, the last short batch of an epoch included.
+        job_id = self.cluster.submit(job("buffers", max_steps=50))
+        paths = self.train(job_id, 2, "--model", "bncnn", "--report_every", "1000")
+        self.finish(["w0", "w1"])
+        a, b = torch.load(paths[0]), torch.load(paths[1])
+        buffers = [k for k in a if "running" in k]
+        self.assertEqual(len(buffers), 4, list(a))
+        for k in buffers:
+            self.assertTrue(torch.equal(a[k], b[k]), k)
+        init = models.make("bncnn").state_dict()
+        self.assertGreater((a["bn1.running_mean"] - init["bn1.running_mean"])
+                           .abs().max().item(), 1e-2, "the statistics moved")
+        want = reference(50, 8, 2, kind="bncnn")["bn0.running_mean"]
+        self.assertGreater(want.abs().max().item(), 1e-3)  # ~8e-3
+        diff = (a["bn0.running_mean"] - want).abs().max().item()
+        self.assertLessEqual(diff, 1e-5)
+
     def test_a_killed_worker_is_replaced_and_every_sample_trained_once(self):
+        self.check_elastic()
+
+    def test_the_same_through_a_dataloader_that_prefetches(self):
+        # w.sampler() as a DataLoader's batch_sampler, two loader processes
+        # fetching ahead: a chunk counts as done only once its last batch's
+        # step was applied.
+        self.check_elastic("--loader", "2")
+
+    def check_elastic(self, *extra):
         job_id = self.cluster.submit(job("elastic", epochs=6, workers=(1, 2),
                                          sharding="chunks", target=0.97))
-        self.train(job_id, 2, "--step_delay", "0.03", out=False)
+        self.train(job_id, 2, "--step_delay", "0.03", *extra, out=False)
         self.cluster._wait(lambda: int(self.cluster.status(job_id).get(
             "progress", {}).get("step", 0)) >= 20, 60, "step 20")
         self.cluster.kill("w1")  # SIGKILL mid-epoch
         self.cluster.worker("w2", "train_worker.py", "--job", job_id,
-                            "--step_delay", "0.03")
+                            "--step_delay", "0.03", *extra)
         status = self.cluster.wait_state(job_id, ["SUCCEEDED", "FAILED"], 180)
         self.assertEqual(status["state"], "SUCCEEDED", self.cluster.logs())
         kinds = [(e.get("kind"), e.get("member_id")) for e in status["events"]]

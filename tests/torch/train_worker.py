@@ -24,6 +24,8 @@ p.add_argument("--momentum", type=float, default=0.9)
 p.add_argument("--nan_at", type=int, default=-1, help="push a NaN gradient at this step")
 p.add_argument("--report_every", type=int, default=5)
 p.add_argument("--step_delay", type=float, default=0.0)
+p.add_argument("--loader", type=int, default=-1,
+               help=">= 0: w.loader(), a DataLoader with this many processes")
 args = p.parse_args()
 
 model = models.make(args.model)
@@ -35,7 +37,9 @@ w = fulcrum.torch.Worker(model, coordinator=args.coordinator, job=args.job,
 print(f"joined rank {w.rank} of {w.world_size} at step {w.step_num}", flush=True)
 x_all, y_all = data.tensors
 try:
-    for x, y in w.data(data):
+    batches = (w.data(data) if args.loader < 0
+               else w.loader(data, num_workers=args.loader))
+    for x, y in batches:
         loss = F.cross_entropy(model(x), y)
         if w.step_num == args.nan_at:
             loss = loss * math.nan  # a diverged worker's gradient
@@ -45,8 +49,10 @@ try:
             import time
             time.sleep(args.step_delay)
         if w.rank == 0 and w.step_num % args.report_every == 0:
+            model.eval()  # BatchNorm: the running statistics, not updated
             with torch.no_grad():
                 acc = (model(x_all).argmax(1) == y_all).float().mean().item()
+            model.train()
             w.report(loss=loss.item(), accuracy=acc)
 except fulcrum.FulcrumError as e:
     print(f"failed: code {e.code}: {e.message}", flush=True)

@@ -141,7 +141,7 @@ void fulcrum_close(fulcrum_worker* w) {
 
 int fulcrum_declare(fulcrum_worker* w, int32_t count, const char* const* names,
                     const int64_t* const* shapes, const int32_t* ndims,
-                    fulcrum_error* error) {
+                    const int32_t* buffers, fulcrum_error* error) {
   fulcrum::v1::DeclareModelRequest request;
   request.set_worker_id(w->link->worker_id());
   request.set_job_id(w->job_id);
@@ -149,6 +149,7 @@ int fulcrum_declare(fulcrum_worker* w, int32_t count, const char* const* names,
     fulcrum::v1::TensorSpec* t = request.add_tensors();
     t->set_name(Str(names[i]));
     for (int32_t d = 0; d < ndims[i]; ++d) t->add_shape(shapes[i][d]);
+    t->set_buffer(buffers != nullptr && buffers[i] != 0);
   }
   absl::StatusOr<fulcrum::v1::DeclareModelResponse> r =
       w->link->DeclareModel(request);
@@ -244,14 +245,17 @@ int fulcrum_wait(fulcrum_worker* w, int64_t clock, fulcrum_arrived_fn arrived,
 }
 
 int fulcrum_lease_chunk(fulcrum_worker* w, const int64_t* done,
-                        int32_t done_count, int64_t dataset_size,
+                        int32_t done_count, const int64_t* in_flight,
+                        int32_t in_flight_count, int64_t dataset_size,
                         fulcrum_lease* out, fulcrum_error* error) {
   if (w->session == nullptr)
     return Fail(absl::FailedPreconditionError("join first"), error);
   bool exhausted = false;
   absl::StatusOr<std::optional<fulcrum::ChunkLease>> got =
-      w->session->LeaseChunk(std::vector<int64_t>(done, done + done_count),
-                             dataset_size, &exhausted);
+      w->session->LeaseChunk(
+          std::vector<int64_t>(done, done + done_count), dataset_size,
+          &exhausted,
+          std::vector<int64_t>(in_flight, in_flight + in_flight_count));
   if (!got.ok()) return Fail(got.status(), error);
   *out = fulcrum_lease{-1, 0, 0, 0, exhausted ? 1 : 0};
   if (got->has_value()) {

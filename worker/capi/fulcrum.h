@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define FULCRUM_API_VERSION 1
+#define FULCRUM_API_VERSION 2
 
 typedef struct fulcrum_worker fulcrum_worker;
 
@@ -90,10 +90,15 @@ fulcrum_worker* fulcrum_connect(const fulcrum_options* options,
 void fulcrum_close(fulcrum_worker* worker);
 
 /* The model's tensors in order: names[i], shapes[i] (ndims[i] dimensions).
- * The first worker's declaration becomes the job's; others must match. */
+ * buffers[i] = 1 marks a buffer (a running statistic such as BatchNorm's
+ * running_mean): its "gradient" slot carries the tensor's value, and the
+ * shards keep the pushes' average there instead of an optimizer step
+ * (buffers may be NULL: none). The first worker's declaration becomes the
+ * job's; others must match (names, shapes and kinds). */
 int fulcrum_declare(fulcrum_worker* worker, int32_t count,
                     const char* const* names, const int64_t* const* shapes,
-                    const int32_t* ndims, fulcrum_error* error);
+                    const int32_t* ndims, const int32_t* buffers,
+                    fulcrum_error* error);
 /* After fulcrum_declare: the flat vector's length, and its partitions (the
  * units of pushes and arrivals: contiguous ranges of the flat vector). */
 int64_t fulcrum_num_elements(const fulcrum_worker* worker);
@@ -129,9 +134,13 @@ int fulcrum_wait(fulcrum_worker* worker, int64_t clock,
                  fulcrum_arrived_fn arrived, void* context, int32_t* stop,
                  fulcrum_error* error);
 
-/* Reports the chunks finished since the last call and leases the next. */
+/* Reports the chunks finished since the last call and leases the next.
+ * in_flight: chunks handed out whole (a data loader prefetches) but not yet
+ * trained; they stay this worker's and it gets a next one besides (at most
+ * 4 held; then none now). May be NULL with in_flight_count 0. */
 int fulcrum_lease_chunk(fulcrum_worker* worker, const int64_t* done,
-                        int32_t done_count, int64_t dataset_size,
+                        int32_t done_count, const int64_t* in_flight,
+                        int32_t in_flight_count, int64_t dataset_size,
                         fulcrum_lease* out, fulcrum_error* error);
 /* The latest progress, sent with heartbeats (rank 0's speaks for the job). */
 void fulcrum_report(fulcrum_worker* worker, const fulcrum_progress* progress);

@@ -4,7 +4,7 @@ any PyTorch: nothing here is compiled against Python."""
 import ctypes
 import os
 
-API_VERSION = 1
+API_VERSION = 2
 
 # absl/gRPC status codes the bindings act on.
 CANCELLED = 1
@@ -114,6 +114,7 @@ def _load():
         "fulcrum_close": (None, [P]),
         "fulcrum_declare": (ctypes.c_int, [P, I32, ctypes.POINTER(C),
                                            ctypes.POINTER(ctypes.POINTER(I64)),
+                                           ctypes.POINTER(I32),
                                            ctypes.POINTER(I32), E]),
         "fulcrum_num_elements": (I64, [P]),
         "fulcrum_num_partitions": (I32, [P]),
@@ -122,7 +123,8 @@ def _load():
         "fulcrum_rejoin": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(Assignment), E]),
         "fulcrum_push": (ctypes.c_int, [P, I32, I64, I64, F, I32, I64, I64, I64, E]),
         "fulcrum_wait": (ctypes.c_int, [P, I64, ARRIVED, P, ctypes.POINTER(I32), E]),
-        "fulcrum_lease_chunk": (ctypes.c_int, [P, ctypes.POINTER(I64), I32, I64,
+        "fulcrum_lease_chunk": (ctypes.c_int, [P, ctypes.POINTER(I64), I32,
+                                               ctypes.POINTER(I64), I32, I64,
                                                ctypes.POINTER(Lease), E]),
         "fulcrum_report": (None, [P, ctypes.POINTER(Progress)]),
         "fulcrum_leaving": (ctypes.c_int, [P]),
@@ -179,16 +181,19 @@ class NativeWorker:
             self._lib.fulcrum_close(self._w)
             self._w = None
 
-    def declare(self, names, shapes):
+    def declare(self, names, shapes, buffers=()):
+        """buffers: the names among `names` that are buffers (averaged, not
+        optimized)."""
         n = len(names)
         c_names = (ctypes.c_char_p * n)(*[s.encode() for s in names])
         arrays = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in shapes]
         c_shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
             *[ctypes.cast(a, ctypes.POINTER(ctypes.c_int64)) for a in arrays])
         c_ndims = (ctypes.c_int32 * n)(*[len(s) for s in shapes])
+        c_buffers = (ctypes.c_int32 * n)(*[int(x in buffers) for x in names])
         err = _Error()
         _check(self._lib.fulcrum_declare(self._w, n, c_names, c_shapes, c_ndims,
-                                         ctypes.byref(err)), err)
+                                         c_buffers, ctypes.byref(err)), err)
 
     def num_elements(self):
         return self._lib.fulcrum_num_elements(self._w)
@@ -226,10 +231,12 @@ class NativeWorker:
                                       ctypes.byref(err)), err)
         return bool(stop.value)
 
-    def lease(self, done, dataset_size):
+    def lease(self, done, dataset_size, in_flight=()):
         arr = (ctypes.c_int64 * max(len(done), 1))(*done)
+        held = (ctypes.c_int64 * max(len(in_flight), 1))(*in_flight)
         out, err = Lease(), _Error()
-        _check(self._lib.fulcrum_lease_chunk(self._w, arr, len(done), dataset_size,
+        _check(self._lib.fulcrum_lease_chunk(self._w, arr, len(done), held,
+                                             len(in_flight), dataset_size,
                                              ctypes.byref(out), ctypes.byref(err)), err)
         return out
 

@@ -13,12 +13,18 @@ declaration is the job's model) and live on the shards: the job's optimizer
 runs there and a worker holds no optimizer state. With `optimizer:
 {type: average}` in the job spec the shards return the averaged gradient
 instead and the worker's own `torch.optim` optimizer (Worker(optimizer=...))
-applies it. docs/pytorch.md has the whole story.
+applies it. Floating-point buffers (BatchNorm's running_mean and
+running_var) are declared as buffers: each step pushes their values and
+every worker takes back the shards' sample-weighted average, so replicas,
+joiners and checkpoints hold the same statistics. docs/pytorch.md has the
+whole story.
 """
 
+import collections
 import time
 
 import torch
+import torch.utils.data
 
 from fulcrum._native import (FAILED_PRECONDITION, FulcrumError, GenerationEnded,
                              NativeWorker, Progress)
@@ -40,23 +46,32 @@ class Worker:
         self.optimizer = optimizer
         self._params = [p for _, p in model.named_parameters()]
         names = [n for n, _ in model.named_parameters()]
-        device = str(self._params[0].device) if self._params else "cpu"
-        self._cuda = self._params[0].is_cuda if self._params else False
+        # Buffers follow the parameters in the flat vector; integer ones
+        # (num_batches_tracked) stay each worker's own.
+        buffers = [(n, b) for n, b in model.named_buffers()
+                   if b.is_floating_point()]
+        self._buffers = [b for _, b in buffers]
+        self._tensors = self._params + self._buffers
+        device = str(self._tensors[0].device) if self._tensors else "cpu"
+        self._cuda = self._tensors[0].is_cuda if self._tensors else False
         self._native = NativeWorker(coordinator, job, device=device, tls=tls,
                                     step_timeout=step_timeout,
                                     rejoin_timeout=rejoin_timeout)
-        self._native.declare(names, [list(p.shape) for p in self._params])
+        self._native.declare(names + [n for n, _ in buffers],
+                             [list(t.shape) for t in self._tensors],
+                             buffers={n for n, _ in buffers})
         self._layout()
         pin = self._cuda and torch.cuda.is_available()
         total = self._native.num_elements()
         self._flat = torch.empty(total, dtype=torch.float32, pin_memory=pin)
         self._grads = torch.zeros(total, dtype=torch.float32, pin_memory=pin)
         with torch.no_grad():
-            for i, p in enumerate(self._params):
-                self._slice(self._flat, i).copy_(p.detach().reshape(-1))
+            for i, t in enumerate(self._tensors):
+                self._slice(self._flat, i).copy_(t.detach().reshape(-1))
         self._hooks = [p.register_hook(self._hook(i))
                        for i, p in enumerate(self._params)]
         self.stopped = False
+        self.data_done = False  # w.data()/w.sampler() have no batch left
         self._stop_next = False
         self._views = False
         self._progress = Progress()
@@ -67,21 +82,21 @@ class Worker:
 
     def _layout(self):
         self._offsets, offset = [], 0
-        for p in self._params:  # the flat vector: tensors in declared order
+        for t in self._tensors:  # the flat vector: tensors in declared order
             self._offsets.append(offset)
-            offset += p.numel()
+            offset += t.numel()
         self._parts = self._native.partitions()
-        self._tensor_parts = [[] for _ in self._params]
+        self._tensor_parts = [[] for _ in self._tensors]
         self._part_tensors = [[] for _ in self._parts]
         for pid, (start, size) in enumerate(self._parts):
-            for i, p in enumerate(self._params):
+            for i, p in enumerate(self._tensors):
                 lo, hi = self._offsets[i], self._offsets[i] + p.numel()
                 if lo < start + size and start < hi:
                     self._tensor_parts[i].append(pid)
                     self._part_tensors[pid].append(i)
 
     def _slice(self, flat, i):
-        return flat[self._offsets[i]:self._offsets[i] + self._params[i].numel()]
+        return flat[self._offsets[i]:self._offsets[i] + self._tensors[i].numel()]
 
     # -- membership --------------------------------------------------------
 
@@ -114,6 +129,13 @@ class Worker:
         self._new_step()
         self._lease = None  # leases end with their generation
         self._done_chunks = []
+        if not hasattr(self, "_batches"):
+            # The batches handed out (w.data(), w.sampler()) and not yet
+            # stepped, oldest first: (generation, samples, (chunk, begin,
+            # end), chunk finished by this batch or None). A DataLoader may
+            # fetch several ahead; a batch of an ended generation steps as
+            # an empty push (its chunk is leased again).
+            self._batches = collections.deque()
 
     def _rejoin(self, error):
         self._take(self._next_generation(error))
@@ -129,30 +151,58 @@ class Worker:
                 else:
                     p.copy_(view, non_blocking=self._cuda)
         self._views = not self._cuda and not self.gradient_averaging
+        self._load_buffers()
+
+    def _load_buffers(self):
+        """The job's buffers (the workers' average) into the model."""
+        first = len(self._params)
+        with torch.no_grad():
+            for i, b in enumerate(self._buffers, first):
+                b.copy_(self._slice(self._flat, i).view_as(b),
+                        non_blocking=self._cuda)
+
+    def _stage_buffers(self):
+        """Once a step, after forward (at the first gradient or at step()):
+        the buffers' values go out in their "gradient" slots."""
+        if self._buffers_staged:
+            return
+        self._buffers_staged = True
+        with torch.no_grad():
+            for i, b in enumerate(self._buffers, len(self._params)):
+                self._got[i] = True
+                self._slice(self._grads, i).copy_(b.detach().reshape(-1),
+                                                  non_blocking=self._cuda)
+                self._tensor_done(i)
 
     # -- one step ----------------------------------------------------------
 
     def _new_step(self):
         self._remaining = [len(t) for t in self._part_tensors]
-        self._got = [False] * len(self._params)
+        self._got = [False] * len(self._tensors)
+        self._buffers_staged = False
         self._pushed = [False] * len(self._parts)
         self._copies = []  # CUDA: (event, partition) copies in flight
         self._samples = None
         self._range = (-1, 0, 0)
+        self._batch = None  # the _batches entry this step trains
 
     def _hook(self, i):
         def on_grad(grad):
+            self._stage_buffers()
             if self._got[i]:
                 return None
             self._got[i] = True
             self._slice(self._grads, i).copy_(grad.detach().reshape(-1),
                                               non_blocking=self._cuda)
-            for pid in self._tensor_parts[i]:
-                self._remaining[pid] -= 1
-                if self._remaining[pid] == 0:
-                    self._ready(pid)
+            self._tensor_done(i)
             return None
         return on_grad
+
+    def _tensor_done(self, i):
+        for pid in self._tensor_parts[i]:
+            self._remaining[pid] -= 1
+            if self._remaining[pid] == 0:
+                self._ready(pid)
 
     def _ready(self, pid):
         if not self._cuda:
@@ -172,6 +222,11 @@ class Worker:
         if self._pushed[pid]:
             return
         self._pushed[pid] = True
+        if self._samples is None and self._batches:
+            self._batch = self._batches[0]  # this step's batch
+            gen, n, rng, _ = self._batch
+            self.set_batch(n if gen == self.generation else 0,
+                           *(rng if gen == self.generation else (-1, 0, 0)))
         samples = self.batch_size if self._samples is None else self._samples
         chunk, begin, end = self._range
         stop = self._stop_next
@@ -184,7 +239,8 @@ class Worker:
 
     def set_batch(self, samples, chunk=-1, begin=0, end=0):
         """The number of samples (and, with chunk leases, which ones) behind
-        this step's gradient; w.data() sets it, other loops may."""
+        this step's gradient, for loops that pick their own batches (w.data()
+        and w.sampler() keep track themselves); call it before backward."""
         self._samples = samples
         self._range = (chunk, begin, end)
 
@@ -198,22 +254,34 @@ class Worker:
         parameters and loads them. False when the generation ended (the
         step is not applied: the worker re-joined where the shards stand)."""
         self._live()
+        if self.stopped:  # batches a DataLoader fetched before the stop
+            if self._batches:
+                self._batches.popleft()
+            self._new_step()
+            return False
         with torch.no_grad():
-            for i, got in enumerate(self._got):  # no gradient: zeros
-                if not got:
-                    self._hook(i)(torch.zeros_like(self._params[i]))
+            self._stage_buffers()
+            for i, p in enumerate(self._params):  # no gradient: zeros
+                if not self._got[i]:
+                    self._hook(i)(torch.zeros_like(p))
             for e, pid in self._copies:
                 e.synchronize()
                 self._push(pid)
             for pid in range(len(self._parts)):
                 self._push(pid)
+        batch = self._batch
+        if batch is not None:
+            self._batches.popleft()
         try:
             self.stopped = self._native.wait(self.step_num + 1, self._arrived)
         except GenerationEnded as e:
             self._rejoin(e)
             return False
+        if batch is not None and batch[3] is not None and batch[0] == self.generation:
+            self._done_chunks.append(batch[3])  # reported with the next lease
         if self.gradient_averaging:
             self._apply_averaged()
+        self._load_buffers()
         for p in self._params:
             p.grad = None  # on-shard mode: .grad is never read
         self._account()
@@ -222,8 +290,9 @@ class Worker:
         return True
 
     def _empty_step(self, stop=False):
+        """A step without data (none leased now), outside the batch queue."""
         self._stop_next = self._stop_next or stop
-        self._samples = 0
+        self.set_batch(0)
         return self.step()
 
     def _arrived(self, pid):
@@ -232,6 +301,8 @@ class Worker:
         start, size = self._parts[pid]
         with torch.no_grad():
             for i in self._part_tensors[pid]:
+                if i >= len(self._params):
+                    continue  # buffers: _load_buffers, after the wait
                 lo = max(start, self._offsets[i])
                 hi = min(start + size, self._offsets[i] + self._params[i].numel())
                 dst = self._params[i].data.view(-1)[lo - self._offsets[i]:hi - self._offsets[i]]
@@ -262,17 +333,48 @@ class Worker:
 
     def data(self, dataset, batch_size=None):
         """This worker's batches of a map-style `dataset` (indexable,
-        len()), collated as a DataLoader would. With chunk sharding (the
-        default) it leases chunks of each epoch's order from the
-        coordinator: every sample is trained exactly once per epoch,
-        whatever joins, leaves or crashes; when it has no batch for a step
-        it takes an empty step itself (the others do not wait), and it ends
-        when every epoch is trained or a stop came. With static sharding
-        rank r takes the r-th slice of every global batch."""
+        len()), collated as a DataLoader would (w.sampler() is the same as a
+        batch sampler for a DataLoader). With chunk sharding (the default)
+        it leases chunks of each epoch's order from the coordinator: every
+        sample is trained exactly once per epoch, whatever joins, leaves or
+        crashes; when it has no batch for a step it takes an empty step
+        itself (the others do not wait), and it ends when every epoch is
+        trained or a stop came. With static sharding rank r takes the r-th
+        slice of every global batch."""
         from torch.utils.data import default_collate
+        for idx in self._indices(len(dataset), batch_size):
+            yield default_collate([dataset[i] for i in idx])
+
+    def loader(self, dataset, batch_size=None, **dataloader_args):
+        """This worker's batches through a torch DataLoader (num_workers,
+        pin_memory, collate_fn, ... as `dataloader_args`) over w.sampler():
+        loader processes prefetch while the model trains, and the exactly-
+        once guarantee holds (see sampler()). Ends when the job's data is
+        trained or a stop came."""
+        if dataloader_args.get("num_workers", 0) > 0:
+            dataloader_args.setdefault("persistent_workers", True)
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_sampler=self.sampler(len(dataset), batch_size),
+            **dataloader_args)
+        while not self.data_done:
+            yield from loader  # one pass ends where prefetching must pause
+
+    def sampler(self, dataset_size, batch_size=None):
+        """A batch sampler over the coordinator's chunk leases, for
+        DataLoader(dataset, batch_sampler=w.sampler(len(dataset))). Each
+        batch's gradient counts for the samples it holds, and a chunk is
+        reported done only after the step of its last batch was applied, so
+        a crash loses nothing and prefetching (num_workers > 0) trains no
+        sample twice. Call w.step() once per batch, in order. A pass ends
+        early when nothing is left to lease now while batches are still in
+        flight (they must be trained first): iterate again until
+        w.data_done (w.loader() does)."""
+        return LeaseSampler(self, dataset_size, batch_size)
+
+    def _indices(self, n, batch_size=None):
+        """The index lists of this worker's batches (see data())."""
         self._live()
         batch = batch_size or self.batch_size
-        n = len(dataset)
         orders = {}
 
         def order(epoch):
@@ -282,55 +384,68 @@ class Worker:
                 orders[epoch] = torch.randperm(n, generator=g).tolist()
             return orders[epoch]
 
-        while not self.stopped:
-            if self.max_steps and self.step_num >= self.max_steps:
+        while True:
+            if (self.stopped or self._native is None or self._native.leaving()
+                    or (self.max_steps and self.step_num >= self.max_steps)):
+                self.data_done = True
                 return
-            if self._native.leaving():
-                return
+            if self.max_steps and self.step_num + len(self._batches) >= self.max_steps:
+                return  # a pause: the batches in flight are the last ones
             picked = self._next_batch(n, batch, order)
             if picked is None:
+                self.data_done = True
                 return
             if not picked:
-                self._empty_step()
+                if self._batches:
+                    return  # a pause: those in flight are trained first
+                self._empty_step()  # none now: the others do not wait
                 continue
-            idx, rng = picked
-            self.set_batch(len(idx), *rng)
-            yield default_collate([dataset[i] for i in idx])
+            idx, rng, done = picked
+            self._batches.append((self.generation, len(idx), rng, done))
+            yield idx
 
     def _next_batch(self, n, batch, order):
-        """([indices], (chunk, begin, end)) for this step, [] for an empty
-        step, or None when the data is trained."""
+        """([indices], (chunk, begin, end), finished chunk or None) for the
+        next batch, [] for none now (an empty step), or None when the data
+        is trained."""
         if not self.chunk_sharding:
             per_epoch = -(-n // (batch * self.world_size))
-            if self.step_num >= per_epoch * self.epochs:
+            step = self.step_num + len(self._batches)
+            if step >= per_epoch * self.epochs:
                 return None
-            epoch, k = divmod(self.step_num, per_epoch)
+            epoch, k = divmod(step, per_epoch)
             first = k * batch * self.world_size + self.rank * batch
             idx = order(epoch)[first:min(first + batch, n)]
-            return (idx, (-1, 0, 0)) if idx else []
+            return (idx, (-1, 0, 0), None) if idx else []
         if self._lease is None:
             try:
-                lease = self._native.lease(self._done_chunks, n)
+                # Chunks handed out whole and still in flight (a
+                # DataLoader prefetched their batches) stay ours.
+                in_flight = sorted({rng[0] for gen, _, rng, _ in self._batches
+                                    if gen == self.generation and rng[0] >= 0})
+                lease = self._native.lease(self._done_chunks, n, in_flight)
             except GenerationEnded as e:
                 self._rejoin(e)
                 return []
             self._done_chunks = []
             if lease.chunk < 0:
-                if lease.exhausted:
+                if lease.exhausted and not self._batches:
                     self._empty_step(stop=True)  # everyone ends together
                     return None if self.stopped else []
-                time.sleep(0.02)  # others train the last chunks
+                if not self._batches:
+                    time.sleep(0.02)  # others train the last chunks
                 return []
             self._lease = [lease.chunk, lease.epoch, lease.begin, lease.end]
         chunk, epoch, begin, end = self._lease
         stop = min(begin + batch, end)
         idx = order(epoch)[begin:stop]
         self._lease[2] = stop
+        done = None
         if stop >= end:
-            self._done_chunks.append(chunk)
+            done = chunk
             self._lease = None
         self._progress.epoch = epoch
-        return idx, (chunk, begin, stop)
+        return idx, (chunk, begin, stop), done
 
     # -- progress ----------------------------------------------------------
 
@@ -366,3 +481,19 @@ class Worker:
     def __exit__(self, kind, value, tb):
         self.finish(None if value is None else str(value))
         return False
+
+
+class LeaseSampler(torch.utils.data.Sampler):
+    """Worker.sampler(): this worker's batches (index lists) from the
+    coordinator's chunk leases, for a DataLoader's batch_sampler. It ends
+    when every epoch is trained or the job stopped; iterate it again for
+    nothing more (one pass covers the whole job, every epoch). Its length
+    is unknown (workers come and go), so __len__ is not defined."""
+
+    def __init__(self, worker, dataset_size, batch_size=None):
+        self.worker = worker
+        self.dataset_size = dataset_size
+        self.batch_size = batch_size
+
+    def __iter__(self):
+        return self.worker._indices(self.dataset_size, self.batch_size)
