@@ -21,15 +21,18 @@ std::string ProgressLine(const v1::JobStatus& s) {
                        std::string(width - filled, '.'), "] ");
   }
   std::string line =
-      absl::StrFormat("%s %-9s %sepoch %d/%d step %d/%d", s.job_id(),
+      absl::StrFormat("%s %-9s %sepoch %d/%d step %d", s.job_id(),
                       v1::JobState_Name(s.state()), bar, p.epoch() + 1,
-                      s.spec().epochs(), p.step(), total);
-  if (p.step() > 0) absl::StrAppendFormat(&line, " loss %.4f", p.loss());
+                      s.spec().epochs(), p.step());
+  // External models' workers know no step count in advance.
+  if (total > 0) absl::StrAppendFormat(&line, "/%d", total);
+  if (p.step() > 0 && p.loss() != 0.0)
+    absl::StrAppendFormat(&line, " loss %.4f", p.loss());
   if (p.evaluated_step() > 0) {
     absl::StrAppendFormat(&line, " acc %.4f@%d", p.test_accuracy(),
                           p.evaluated_step());
   }
-  if (p.step() > 0) {
+  if (p.step() > 0 && p.step_compute_ms() + p.step_wait_ms() > 0) {
     absl::StrAppendFormat(&line, " step %.1f+%.1fms", p.step_compute_ms(),
                           p.step_wait_ms());
   }

@@ -24,6 +24,8 @@ p.add_argument("--job", required=True)
 p.add_argument("--eval_every", type=int, default=400, help="steps between evaluations")
 p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
 p.add_argument("--tls_dir", default="", help="mutual TLS: ca.crt, tls.crt, tls.key (tools/make_certs.sh)")
+p.add_argument("--metrics_address", default="127.0.0.1", help="of /metrics, /healthz, /readyz")
+p.add_argument("--metrics_port", type=int, default=0, help="0: any free port; -1: off")
 args = p.parse_args()
 
 if args.threads:
@@ -34,22 +36,30 @@ train = fmnist.load(args.data, "train", args.model)
 test = fmnist.load(args.data, "t10k", args.model)
 tls = {"ca": f"{args.tls_dir}/ca.crt", "cert": f"{args.tls_dir}/tls.crt",
        "key": f"{args.tls_dir}/tls.key"} if args.tls_dir else None
-w = fulcrum.torch.Worker(model, coordinator=args.coordinator, job=args.job, tls=tls)
+w = fulcrum.torch.Worker(model, coordinator=args.coordinator, job=args.job, tls=tls,
+                         metrics_address=args.metrics_address,
+                         metrics_port=args.metrics_port)
 print(f"joined {args.job} as rank {w.rank} of {w.world_size} at step {w.step_num}",
       flush=True)
 
-start = time.monotonic()
+start, evaluating = time.monotonic(), 0.0
 with w:  # leaves the job at the end (or with the error that ended it)
     for x, y in w.data(train):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         w.step()
         if w.rank == 0 and w.step_num % args.eval_every == 0:
+            t = time.monotonic()
             acc = fmnist.accuracy(model, test)
+            evaluating += time.monotonic() - t
             w.report(loss=loss.item(), accuracy=acc)
             print(f"step {w.step_num} loss {loss.item():.4f} test accuracy {acc:.4f} "
-                  f"({time.monotonic() - start:.0f} s)", flush=True)
+                  f"({time.monotonic() - start:.1f} s)", flush=True)
+    elapsed = time.monotonic() - start
     if w.rank == 0:  # the parameters the job ended with
         acc = fmnist.accuracy(model, test)
         w.report(accuracy=acc)
         print(f"done at step {w.step_num}: test accuracy {acc:.4f}", flush=True)
+    # For bench/: this worker's time in the loop, and the part spent evaluating.
+    print(f"summary rank {w.rank} steps {w.step_num} elapsed_s {elapsed:.2f} "
+          f"eval_s {evaluating:.2f}", flush=True)

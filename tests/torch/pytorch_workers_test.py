@@ -136,12 +136,33 @@ class PyTorchWorkersTest(unittest.TestCase):
         # step was applied.
         self.check_elastic("--loader", "2")
 
+    def check_metrics(self, name, job_id):
+        """A PyTorch worker serves the worker's Prometheus metrics."""
+        import re
+        import urllib.request
+        port = int(re.search(r"metrics port (\d+)", self.cluster.log(name)).group(1))
+        base = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(base + "/readyz", timeout=10) as r:
+            self.assertEqual(r.status, 200)
+        with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        values = {}
+        for line in text.splitlines():
+            m = re.match(r'(fulcrum_worker_\w+)\{job_id="' + job_id + r'"\} (\S+)', line)
+            if m:
+                values[m.group(1)] = float(m.group(2))
+        self.assertGreater(values.get("fulcrum_worker_steps_total", 0), 0, text)
+        self.assertGreater(values.get("fulcrum_worker_samples_total", 0), 0, text)
+        self.assertGreater(values.get("fulcrum_worker_push_bytes_total", 0), 0, text)
+        self.assertIn("fulcrum_worker_comm_wait_seconds_count", text)
+
     def check_elastic(self, *extra):
         job_id = self.cluster.submit(job("elastic", epochs=6, workers=(1, 2),
                                          sharding="chunks", target=0.97))
         self.train(job_id, 2, "--step_delay", "0.03", *extra, out=False)
         self.cluster._wait(lambda: int(self.cluster.status(job_id).get(
             "progress", {}).get("step", 0)) >= 20, 60, "step 20")
+        self.check_metrics("w0", job_id)
         self.cluster.kill("w1")  # SIGKILL mid-epoch
         self.cluster.worker("w2", "train_worker.py", "--job", job_id,
                             "--step_delay", "0.03", *extra)

@@ -2,20 +2,35 @@
 // WorkerSession and the gRPC channel. No exception and no C++ type crosses
 // the C boundary; statuses become codes and messages.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/config/model_layout.h"
+#include "common/metrics/http_server.h"
+#include "common/metrics/metrics.h"
 #include "common/net/transport.h"
 #include "worker/capi/fulcrum.h"
 #include "worker/coordinator_link.h"
 #include "worker/grpc_channel.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_session.h"
 
 struct fulcrum_worker {
+  // The metrics (fulcrum_worker_*, as fulcrum-worker's) and their endpoint;
+  // declared first so that they outlive everything that reports to them.
+  fulcrum::metrics::Registry registry;
+  std::unique_ptr<fulcrum::WorkerMetrics> metrics;
+  fulcrum::WorkerMetrics::Job job_metrics;
+  std::unique_ptr<fulcrum::metrics::HttpServer> metrics_server;
+  absl::Time step_start = absl::InfinitePast();  // the last wait's end
+  std::atomic<bool> joined{false};  // /readyz (read by the HTTP thread)
+  int64_t samples_reported = 0;
+
   std::unique_ptr<fulcrum::CoordinatorLink> link;
   fulcrum::GrpcChannelFactory channels;
   std::string job_id;
@@ -114,6 +129,8 @@ fulcrum_worker* fulcrum_connect(const fulcrum_options* options,
   }
   auto w = std::make_unique<fulcrum_worker>();
   w->job_id = options->job_id;
+  w->metrics = std::make_unique<fulcrum::WorkerMetrics>(w->registry);
+  w->job_metrics = w->metrics->ForJob(w->job_id);
   if (options->step_timeout_ms > 0)
     w->step_timeout = absl::Milliseconds(options->step_timeout_ms);
   if (options->rejoin_timeout_ms > 0)
@@ -127,7 +144,26 @@ fulcrum_worker* fulcrum_connect(const fulcrum_options* options,
     Fail(s, error);
     return nullptr;
   }
+  fulcrum_worker* raw = w.get();
+  absl::StatusOr<std::unique_ptr<fulcrum::metrics::HttpServer>> server =
+      fulcrum::metrics::ServeProcessMetrics(
+          "worker",
+          Str(options->metrics_address).empty() ? "127.0.0.1"
+                                                : options->metrics_address,
+          options->metrics_port, "", &w->registry,
+          [raw] { return raw->joined.load(); });
+  if (!server.ok()) {
+    w->link->Shutdown();
+    w->link->Leave();
+    Fail(server.status(), error);
+    return nullptr;
+  }
+  w->metrics_server = std::move(*server);
   return w.release();
+}
+
+int32_t fulcrum_metrics_port(const fulcrum_worker* w) {
+  return w->metrics_server == nullptr ? -1 : w->metrics_server->port();
 }
 
 void fulcrum_close(fulcrum_worker* w) {
@@ -196,10 +232,13 @@ int fulcrum_join(fulcrum_worker* w, float* params, int64_t timeout_ms,
   o.worker_id = w->link->worker_id();
   o.step_timeout = w->step_timeout;
   o.rejoin_timeout = w->rejoin_timeout;
+  fulcrum::metrics::Counter* reconnects = w->job_metrics.reconnects;
+  o.on_reconnect = [reconnects] { reconnects->Increment(); };
   w->session = std::make_unique<fulcrum::WorkerSession>(
       o, *a, &*w->layout, w->params, &w->channels, w->link.get());
   absl::StatusOr<int64_t> first = w->session->Join();
   if (!first.ok()) return Fail(first.status(), error);
+  w->joined = true;
   Fill(*a, *first, out);
   return 0;
 }
@@ -209,6 +248,8 @@ int fulcrum_rejoin(fulcrum_worker* w, int code, fulcrum_assignment* out,
   if (w->session == nullptr)
     return Fail(absl::FailedPreconditionError("join first"), error);
   absl::Status why(static_cast<absl::StatusCode>(code), "the generation ended");
+  w->job_metrics.rejoins->Increment();
+  w->step_start = absl::InfinitePast();
   if (absl::Status s = w->session->NextGeneration(why); !s.ok())
     return Fail(s, error);
   absl::StatusOr<int64_t> first = w->session->Join();
@@ -229,6 +270,10 @@ int fulcrum_push(fulcrum_worker* w, int32_t id, int64_t step, int64_t samples,
   }
   w->session->Push(id, step, samples, grads, stop != 0,
                    fulcrum::PushRange{chunk, begin, end});
+  if (samples > 0) {
+    w->job_metrics.push_bytes->Increment(
+        4.0 * static_cast<double>(w->layout->partitions()[id].size));
+  }
   return 0;
 }
 
@@ -237,9 +282,22 @@ int fulcrum_wait(fulcrum_worker* w, int64_t clock, fulcrum_arrived_fn arrived,
   if (w->session == nullptr)
     return Fail(absl::FailedPreconditionError("join first"), error);
   bool stopped = false;
+  const absl::Time waited = absl::Now();
   absl::Status s = w->session->WaitForParameters(clock, &stopped, [&](int32_t id) {
     if (arrived != nullptr) arrived(context, id);
   });
+  const absl::Time now = absl::Now();
+  if (s.ok()) {  // a step: from the last wait's end (compute) through this one
+    const double wait = absl::ToDoubleSeconds(now - waited);
+    w->job_metrics.steps->Increment();
+    w->job_metrics.comm_wait_seconds->Observe(wait);
+    if (w->step_start != absl::InfinitePast()) {
+      const double step = absl::ToDoubleSeconds(now - w->step_start);
+      w->job_metrics.step_seconds->Observe(step);
+      w->job_metrics.compute_seconds->Observe(step - wait);
+    }
+  }
+  w->step_start = now;
   if (stop != nullptr) *stop = stopped;
   return s.ok() ? 0 : Fail(s, error);
 }
@@ -268,7 +326,16 @@ int fulcrum_lease_chunk(fulcrum_worker* w, const int64_t* done,
 }
 
 void fulcrum_report(fulcrum_worker* w, const fulcrum_progress* progress) {
-  if (progress != nullptr) w->link->Update(ToProto(*progress));
+  if (progress == nullptr) return;
+  w->link->Update(ToProto(*progress));
+  const fulcrum::WorkerMetrics::Job& m = w->job_metrics;
+  if (progress->samples_total > w->samples_reported) {
+    m.samples->Increment(
+        static_cast<double>(progress->samples_total - w->samples_reported));
+    w->samples_reported = progress->samples_total;
+  }
+  m.loss->Set(progress->loss);
+  if (progress->evaluated_step > 0) m.test_accuracy->Set(progress->test_accuracy);
 }
 
 int fulcrum_leaving(fulcrum_worker* w) { return w->link->Leaving() ? 1 : 0; }
@@ -276,6 +343,7 @@ int fulcrum_leaving(fulcrum_worker* w) { return w->link->Leaving() ? 1 : 0; }
 int fulcrum_finish(fulcrum_worker* w, const fulcrum_progress* progress,
                    const char* error_message, fulcrum_error* error) {
   // The channel's own error (the one the step failed with) is not news.
+  w->joined = false;
   if (w->session != nullptr) w->session->Close().IgnoreError();
   w->session.reset();
   const fulcrum::v1::Progress p =

@@ -46,6 +46,11 @@ typedef struct {
   const char* tls_ca;
   int64_t step_timeout_ms;    /* longest wait for one step's parameters */
   int64_t rejoin_timeout_ms;  /* longest wait for a next generation */
+  /* Prometheus /metrics, /healthz, /readyz (the worker's metrics, see
+   * docs/metrics.md): address (NULL: 127.0.0.1) and port (0: any free
+   * port, -1: off). */
+  const char* metrics_address;
+  int32_t metrics_port;
 } fulcrum_options;
 
 /* What the worker trains now. */
@@ -86,6 +91,8 @@ int fulcrum_api_version(void);
  * unknown job; FAILED_PRECONDITION for a job of a built-in model). */
 fulcrum_worker* fulcrum_connect(const fulcrum_options* options,
                                 fulcrum_error* error);
+/* The port of the worker's metrics endpoint; -1 when off. */
+int32_t fulcrum_metrics_port(const fulcrum_worker* worker);
 /* Leaves the job and the coordinator and frees the worker. */
 void fulcrum_close(fulcrum_worker* worker);
 

@@ -43,6 +43,8 @@ class _Options(ctypes.Structure):
         ("tls_ca", ctypes.c_char_p),
         ("step_timeout_ms", ctypes.c_int64),
         ("rejoin_timeout_ms", ctypes.c_int64),
+        ("metrics_address", ctypes.c_char_p),
+        ("metrics_port", ctypes.c_int32),
     ]
 
 
@@ -112,6 +114,7 @@ def _load():
         "fulcrum_api_version": (ctypes.c_int, []),
         "fulcrum_connect": (P, [ctypes.POINTER(_Options), E]),
         "fulcrum_close": (None, [P]),
+        "fulcrum_metrics_port": (I32, [P]),
         "fulcrum_declare": (ctypes.c_int, [P, I32, ctypes.POINTER(C),
                                            ctypes.POINTER(ctypes.POINTER(I64)),
                                            ctypes.POINTER(I32),
@@ -163,13 +166,15 @@ class NativeWorker:
     """One fulcrum_worker: the C API, method by method."""
 
     def __init__(self, coordinator, job, device="cpu", tls=None,
-                 step_timeout=300.0, rejoin_timeout=60.0):
+                 step_timeout=300.0, rejoin_timeout=60.0,
+                 metrics_address="127.0.0.1", metrics_port=0):
         lib = _load()
         tls = tls or {}
         self._options = _Options(_bytes(coordinator), _bytes(job), _bytes(device),
                                  _bytes(tls.get("cert")), _bytes(tls.get("key")),
                                  _bytes(tls.get("ca")), int(step_timeout * 1000),
-                                 int(rejoin_timeout * 1000))
+                                 int(rejoin_timeout * 1000), _bytes(metrics_address),
+                                 int(metrics_port))
         err = _Error()
         self._w = lib.fulcrum_connect(ctypes.byref(self._options), ctypes.byref(err))
         if not self._w:
@@ -194,6 +199,9 @@ class NativeWorker:
         err = _Error()
         _check(self._lib.fulcrum_declare(self._w, n, c_names, c_shapes, c_ndims,
                                          c_buffers, ctypes.byref(err)), err)
+
+    def metrics_port(self):
+        return self._lib.fulcrum_metrics_port(self._w)
 
     def num_elements(self):
         return self._lib.fulcrum_num_elements(self._w)

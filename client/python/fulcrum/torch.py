@@ -41,7 +41,11 @@ class Worker:
     """
 
     def __init__(self, model, *, coordinator, job, optimizer=None, tls=None,
-                 join_timeout=600.0, step_timeout=300.0, rejoin_timeout=60.0):
+                 join_timeout=600.0, step_timeout=300.0, rejoin_timeout=60.0,
+                 metrics_address="127.0.0.1", metrics_port=0):
+        """metrics_port: Prometheus /metrics (fulcrum_worker_*), /healthz and
+        /readyz on metrics_address (0: any free port, -1: off); the port is
+        w.metrics_port."""
         self.model = model
         self.optimizer = optimizer
         self._params = [p for _, p in model.named_parameters()]
@@ -56,7 +60,10 @@ class Worker:
         self._cuda = self._tensors[0].is_cuda if self._tensors else False
         self._native = NativeWorker(coordinator, job, device=device, tls=tls,
                                     step_timeout=step_timeout,
-                                    rejoin_timeout=rejoin_timeout)
+                                    rejoin_timeout=rejoin_timeout,
+                                    metrics_address=metrics_address,
+                                    metrics_port=metrics_port)
+        self.metrics_port = self._native.metrics_port()
         self._native.declare(names + [n for n, _ in buffers],
                              [list(t.shape) for t in self._tensors],
                              buffers={n for n, _ in buffers})
