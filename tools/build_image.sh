@@ -2,8 +2,10 @@
 # Builds Fulcrum's container images with podman (deploy/containers/Containerfile):
 #   fulcrum:TAG      coordinator, parameter server, CPU worker, fulcrumctl
 #   fulcrum-gpu:TAG  the same plus the CUDA backend (--gpu; needs /usr/local/cuda here)
+#   fulcrum-torch:TAG the CPU image plus PyTorch workers (--torch: Debian's
+#                    python3-torch, the fulcrum package, examples/torch)
 #
-#   tools/build_image.sh [--gpu] [--tag TAG] [--base IMAGE] [--save FILE.tar]
+#   tools/build_image.sh [--gpu] [--torch] [--tag TAG] [--base IMAGE] [--save FILE.tar]
 #
 # The binaries are built here with Bazel against Debian 12's libraries, so the
 # base must be Debian 12 (bookworm). --base defaults to debian:bookworm-slim
@@ -14,16 +16,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 gpu=0
+torch=0
 tag=$(git describe --always --dirty 2>/dev/null || echo dev)
 base=""
 save=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpu) gpu=1; shift ;;
+    --torch) torch=1; shift ;;
     --tag) tag=$2; shift 2 ;;
     --base) base=$2; shift 2 ;;
     --save) save=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "build_image: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -46,7 +50,11 @@ bazel shutdown
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-mkdir -p "$ctx/bin" "$ctx/cuda" "$ctx/examples"
+mkdir -p "$ctx/bin" "$ctx/cuda" "$ctx/examples" "$ctx/python" "$ctx/torch-examples"
+if [ $torch = 1 ]; then  # the package with libfulcrum.so, as the wheel installs it
+  bash tools/build_wheel.sh --install --target "$ctx/python" >/dev/null
+  cp examples/torch/*.py examples/torch/*.yaml "$ctx/torch-examples/"
+fi
 cp "$bin/server/coordinator/fulcrum-coordinator" "$bin/server/ps/fulcrum-server" \
    "$bin/worker/fulcrum-worker" "$bin/client/fulcrumctl" "$ctx/bin/"
 cp examples/*.yaml "$ctx/examples/"
@@ -88,6 +96,10 @@ images="localhost/fulcrum:$tag"
 if [ $gpu = 1 ]; then
   build gpu fulcrum-gpu
   images="$images localhost/fulcrum-gpu:$tag"
+fi
+if [ $torch = 1 ]; then
+  build torch fulcrum-torch
+  images="$images localhost/fulcrum-torch:$tag"
 fi
 if [ -n "$save" ]; then
   podman save -q -o "$save" $images

@@ -84,8 +84,9 @@ def accuracy(model, dataset, batch=2000):
     was = model.training
     model.eval()
     x, y = dataset.tensors
+    device = next(model.parameters()).device
     with torch.no_grad():
-        right = sum((model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum().item()
-                    for i in range(0, len(y), batch))
+        right = sum((model(x[i:i + batch].to(device)).argmax(1).cpu() == y[i:i + batch])
+                    .sum().item() for i in range(0, len(y), batch))
     model.train(was)
     return right / len(y)

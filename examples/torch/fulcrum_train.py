@@ -23,6 +23,7 @@ p.add_argument("--coordinator", required=True)
 p.add_argument("--job", required=True)
 p.add_argument("--eval_every", type=int, default=400, help="steps between evaluations")
 p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
+p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the model trains")
 p.add_argument("--tls_dir", default="", help="mutual TLS: ca.crt, tls.crt, tls.key (tools/make_certs.sh)")
 p.add_argument("--metrics_address", default="127.0.0.1", help="of /metrics, /healthz, /readyz")
 p.add_argument("--metrics_port", type=int, default=0, help="0: any free port; -1: off")
@@ -31,7 +32,7 @@ args = p.parse_args()
 if args.threads:
     torch.set_num_threads(args.threads)
 torch.manual_seed(1)  # the job's first worker uploads its initial values
-model = fmnist.make(args.model)
+model = fmnist.make(args.model).to(args.device)
 train = fmnist.load(args.data, "train", args.model)
 test = fmnist.load(args.data, "t10k", args.model)
 tls = {"ca": f"{args.tls_dir}/ca.crt", "cert": f"{args.tls_dir}/tls.crt",
@@ -45,6 +46,7 @@ print(f"joined {args.job} as rank {w.rank} of {w.world_size} at step {w.step_num
 start, evaluating = time.monotonic(), 0.0
 with w:  # leaves the job at the end (or with the error that ended it)
     for x, y in w.data(train):
+        x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         w.step()

@@ -432,6 +432,71 @@ TEST(DeployManifestsTest, TheGpuOverlayGivesEachWorkerAGpu) {
   EXPECT_TRUE(absl::StrContains(containerfile, "AS gpu"));
 }
 
+// The overlay for PyTorch workers: a Deployment of the torch image running
+// the example worker with flags it has, scraped and probed like every
+// Fulcrum pod, and the job it trains in the coordinator's ConfigMap.
+TEST(DeployManifestsTest, TheTorchOverlayRunsPyTorchWorkers) {
+  const YAML::Node k =
+      YAML::Load(ReadFile(Runfile("deploy/k8s/torch/kustomization.yaml")));
+  EXPECT_EQ(k["resources"][0].as<std::string>(), "../base");
+  EXPECT_EQ(k["images"][0]["name"].as<std::string>(), "fulcrum-torch");
+  const std::vector<Workload> workloads = Workloads(LoadDocs(
+      "deploy/k8s/torch/" + k["resources"][1].as<std::string>()));
+  ASSERT_EQ(workloads.size(), 1u);
+  const Workload& w = workloads[0];
+  EXPECT_EQ(w.object["kind"].as<std::string>(), "Deployment");
+  EXPECT_EQ(w.container["image"].as<std::string>(), "fulcrum-torch");
+  const YAML::Node labels = w.pod["metadata"]["labels"];
+  EXPECT_EQ(labels["app.kubernetes.io/part-of"].as<std::string>(), "fulcrum");
+  EXPECT_EQ(labels["app.kubernetes.io/component"].as<std::string>(), "worker");
+  for (const auto& kv : w.object["spec"]["selector"]["matchLabels"]) {
+    EXPECT_EQ(labels[kv.first.Scalar()].Scalar(), kv.second.Scalar());
+  }
+  // Every flag is one the script parses (its argparse options).
+  const YAML::Node command = w.container["command"];
+  ASSERT_EQ(command[0].as<std::string>(), "python3");
+  const std::string script = command[1].as<std::string>();
+  ASSERT_TRUE(absl::EndsWith(script, "/fulcrum_train.py")) << script;
+  const std::string source =
+      ReadFile(Runfile("examples/torch/fulcrum_train.py"));
+  for (size_t i = 2; i < command.size(); ++i) {
+    absl::string_view arg = command[i].Scalar();
+    ASSERT_TRUE(absl::ConsumePrefix(&arg, "--")) << arg;
+    const std::string name(arg.substr(0, arg.find('=')));
+    EXPECT_TRUE(absl::StrContains(source, "\"--" + name + "\""))
+        << "fulcrum_train.py has no option --" << name;
+  }
+  // Scraped and probed on its metrics port; mutual TLS from the secret.
+  const std::string port = Flag(w.container, "metrics_port");
+  EXPECT_EQ(Flag(w.container, "metrics_address"), "0.0.0.0");
+  EXPECT_EQ(w.pod["metadata"]["annotations"]["prometheus.io/port"].as<std::string>(),
+            port);
+  EXPECT_EQ(std::to_string(ContainerPort(w.container, "metrics")), port);
+  EXPECT_EQ(w.container["readinessProbe"]["httpGet"]["path"].as<std::string>(),
+            "/readyz");
+  EXPECT_EQ(w.container["livenessProbe"]["httpGet"]["path"].as<std::string>(),
+            "/healthz");
+  EXPECT_EQ(w.pod["spec"]["securityContext"]["runAsUser"].as<int>(), 10001);
+  EXPECT_NE(SecretMountOf(w, Flag(w.container, "tls_dir") + "/tls.crt"), "");
+  // The job it trains: a valid spec of an external model, added to the
+  // ConfigMap the coordinator mounts.
+  const YAML::Node generator = k["configMapGenerator"][0];
+  EXPECT_EQ(generator["name"].as<std::string>(), "fulcrum-jobs");
+  EXPECT_EQ(generator["behavior"].as<std::string>(), "merge");
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(ReadFile(Runfile(
+      "deploy/k8s/torch/" + generator["files"][0].as<std::string>())));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ApplyDefaults(&*spec);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(spec->model().type(), "external");
+  // The image stage exists and brings PyTorch.
+  const std::string containerfile =
+      ReadFile(Runfile("deploy/containers/Containerfile"));
+  EXPECT_TRUE(absl::StrContains(containerfile, "AS torch"));
+  EXPECT_TRUE(absl::StrContains(containerfile, "python3-torch"));
+  EXPECT_TRUE(absl::StrContains(containerfile, "/opt/fulcrum/examples/"));
+}
+
 // Debian packages (with everything they depend on) that provide `libs`.
 std::set<std::string> Closure(std::vector<std::string> packages) {
   std::set<std::string> seen;

@@ -9,6 +9,8 @@ import subprocess
 import unittest
 import zipfile
 
+import torch
+
 import harness
 import models
 
@@ -56,6 +58,25 @@ class ExamplesTest(unittest.TestCase):
         self.assertGreaterEqual(float(status["progress"]["test_accuracy"]), 0.916,
                                 (status, logs))
         self.assertLess(int(status["progress"]["step"]), 8 * 4, status)
+
+    @unittest.skipUnless(torch.cuda.is_available(),
+                         "no CUDA device (torch.cuda.is_available() is False): "
+                         "the GPU path of fulcrum.torch is not run here")
+    def test_the_cnn_example_on_a_gpu_reaches_the_target(self):
+        # CUDA tensors: gradients staged through page-locked buffers, two
+        # workers on one GPU.
+        with open(harness.runfile(os.path.join(EXAMPLES, "fashion_mnist_cnn.yaml"))) as f:
+            job_id = self.cluster.submit(f.read())
+        for name in ("a", "b"):
+            self.example(name, "fulcrum_train.py", "--coordinator", self.cluster.coordinator,
+                         "--job", job_id, "--data", self.data, "--eval_every", "4",
+                         "--device", "cuda")
+        for name in ("a", "b"):
+            self.assertEqual(self.cluster.procs[name].wait(timeout=300), 0,
+                             self.cluster.logs())
+        status = self.cluster.wait_state(job_id, ["SUCCEEDED"], 30)
+        self.assertGreaterEqual(float(status["progress"]["test_accuracy"]), 0.916,
+                                status)
 
     def test_the_plain_example_trains_in_one_process(self):
         p = self.example("plain", "train.py", "--data", self.data, "--epochs", "2",

@@ -21,7 +21,8 @@ p.add_argument("--out", default="")
 p.add_argument("--averaging", action="store_true", help="the worker's own SGD")
 p.add_argument("--lr", type=float, default=0.05)
 p.add_argument("--momentum", type=float, default=0.9)
-p.add_argument("--nan_at", type=int, default=-1, help="push a NaN gradient at this step")
+p.add_argument("--nan_after", type=int, default=-1,
+               help="push a NaN gradient at this worker's Nth step (from its join)")
 p.add_argument("--report_every", type=int, default=5)
 p.add_argument("--step_delay", type=float, default=0.0)
 p.add_argument("--loader", type=int, default=-1,
@@ -40,9 +41,9 @@ x_all, y_all = data.tensors
 try:
     batches = (w.data(data) if args.loader < 0
                else w.loader(data, num_workers=args.loader))
-    for x, y in batches:
+    for trained, (x, y) in enumerate(batches):
         loss = F.cross_entropy(model(x), y)
-        if w.step_num == args.nan_at:
+        if trained == args.nan_after:
             loss = loss * math.nan  # a diverged worker's gradient
         loss.backward()
         w.step()

@@ -117,6 +117,15 @@ class Worker:
     def _next_generation(self, error, attempts=10):
         """The next generation's assignment; the generation may move on
         again while this worker joins (another member joined or left)."""
+        if self.gradient_averaging:
+            # The shards hold no weights in this mode: the new generation
+            # starts from the values rank 0 uploads from this buffer, which
+            # held the last averaged gradient. Every replica's values are
+            # the same (one averaged gradient, one optimizer), so any rank 0
+            # uploads the model.
+            with torch.no_grad():
+                for i, t in enumerate(self._tensors):
+                    self._slice(self._flat, i).copy_(t.detach().reshape(-1))
         for _ in range(attempts):
             try:
                 return self._native.rejoin(error.code)
@@ -349,8 +358,13 @@ class Worker:
         trained or a stop came. With static sharding rank r takes the r-th
         slice of every global batch."""
         from torch.utils.data import default_collate
+        tensors = getattr(dataset, "tensors", None)  # a TensorDataset: one gather
         for idx in self._indices(len(dataset), batch_size):
-            yield default_collate([dataset[i] for i in idx])
+            if isinstance(tensors, (tuple, list)):
+                rows = torch.as_tensor(idx, dtype=torch.long)
+                yield [t[rows] for t in tensors]
+            else:
+                yield default_collate([dataset[i] for i in idx])
 
     def loader(self, dataset, batch_size=None, **dataloader_args):
         """This worker's batches through a torch DataLoader (num_workers,
