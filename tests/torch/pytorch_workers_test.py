@@ -25,15 +25,17 @@ shards: {shards}
 seed: 11
 dataset: {{sharding: {sharding}}}
 target_accuracy: {target}
+consistency: {consistency}
 """
 
 
 def job(name, optimizer="{type: momentum, lr: 0.05, momentum: 0.9}", batch=8,
         epochs=4, max_steps=0, workers=(2, 2), shards=2, sharding="static",
-        target=0.0):
+        target=0.0, consistency="{mode: sync}"):
     return JOB.format(name=name, optimizer=optimizer, batch=batch, epochs=epochs,
                       max_steps=max_steps, min=workers[0], max=workers[1],
-                      shards=shards, sharding=sharding, target=target)
+                      shards=shards, sharding=sharding, target=target,
+                      consistency=consistency)
 
 
 def reference(steps, batch, workers, seed=11, lr=0.05, momentum=0.9,
@@ -105,6 +107,23 @@ class PyTorchWorkersTest(unittest.TestCase):
     def test_gradient_averaging_with_the_workers_own_optimizer(self):
         self.check_equivalent(job("averaging", optimizer="{type: average}",
                                   max_steps=50), "--averaging")
+
+    def test_ssp_and_async_jobs_train_to_the_target(self):
+        # The consistency mode comes from the job spec, as for fulcrum-worker;
+        # one worker is slowed down, so reads really are bounded by clocks.
+        for mode in ("{mode: ssp, staleness: 2}", "{mode: async}"):
+            with self.subTest(mode=mode):
+                job_id = self.cluster.submit(job(
+                    "modes", epochs=12, sharding="chunks", target=0.95,
+                    consistency=mode))
+                self.cluster.worker("fast", "train_worker.py", "--job", job_id,
+                                    "--model", "mlp")
+                self.cluster.worker("slow", "train_worker.py", "--job", job_id,
+                                    "--model", "mlp", "--step_delay", "0.01")
+                self.finish(["fast", "slow"])
+                status = self.cluster.wait_state(job_id, ["SUCCEEDED"], 30)
+                self.assertGreaterEqual(float(status["progress"]["test_accuracy"]),
+                                        0.95, status)
 
     def test_batchnorm_statistics_are_the_workers_average(self):
         # Buffers go to the shards as values and come back averaged: both
