@@ -92,6 +92,12 @@ absl::Status Coordinator::ExportJob(
     if (job == nullptr)
       return absl::NotFoundError(
           absl::StrCat("job_id '", job_id, "' not found"));
+    if (job->spec().optimizer().type() == "average") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " uses optimizer.type average: its shards hold the "
+          "last averaged gradient, not the model; save the model from a "
+          "worker"));
+    }
     if (static_cast<int>(job->shard_addresses.size()) != job->spec().shards()) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job_id, " has no shards assigned (state ",

@@ -5,6 +5,7 @@ in one job, and bad input."""
 
 import math
 import os
+import subprocess
 import time
 import unittest
 
@@ -13,6 +14,11 @@ import torch.nn.functional as F
 
 import harness
 import models
+
+# This process loads exported models with the library the workers use.
+os.environ.setdefault("FULCRUM_LIB", harness.runfile("worker/capi/libfulcrum.so"))
+import fulcrum  # noqa: E402
+import fulcrum.torch  # noqa: E402
 
 JOB = """name: {name}
 model: {{type: external}}
@@ -87,7 +93,7 @@ class PyTorchWorkersTest(unittest.TestCase):
             p.wait(timeout=timeout)
             self.assertEqual(p.returncode, 0, self.cluster.logs())
 
-    def check_equivalent(self, spec, *extra):
+    def check_equivalent(self, spec, *extra, export=True):
         job_id = self.cluster.submit(spec)
         paths = self.train(job_id, 2, *extra)
         self.finish(["w0", "w1"])
@@ -100,13 +106,34 @@ class PyTorchWorkersTest(unittest.TestCase):
             self.assertLessEqual(diff, 1e-4, path)
         moved = max_relative_difference(models.make("cnn").state_dict(), want)
         self.assertGreater(moved, 1e-2, "training moved the parameters")
+        exported = os.path.join(self.cluster.dir, "model.bin")
+        if not export:  # the shards hold gradients: export says so
+            r = subprocess.run([harness.runfile("client/fulcrumctl"),
+                                f"--coordinator={self.cluster.coordinator}", "export",
+                                job_id, "--out", exported],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("optimizer.type average", r.stderr)
+            self.assertFalse(os.path.exists(exported))
+            return
+        # fulcrumctl export writes the shards' final values: exactly the
+        # workers' model, loadable into a fresh one.
+        self.cluster.ctl("export", job_id, "--out", exported)
+        fresh = models.make("cnn")
+        self.assertGreater(fulcrum.torch.load_exported(fresh, exported), 0)
+        got = torch.load(paths[0])
+        for k, v in fresh.state_dict().items():
+            self.assertTrue(torch.equal(v, got[k]), k)
+        with self.assertRaises(fulcrum.FulcrumError) as bad:
+            fulcrum.torch.load_exported(models.make("mlp"), exported)
+        self.assertIn("floats; the model has", str(bad.exception))
 
     def test_two_workers_equal_one_process_with_the_global_batch(self):
         self.check_equivalent(job("equivalence", max_steps=50))
 
     def test_gradient_averaging_with_the_workers_own_optimizer(self):
         self.check_equivalent(job("averaging", optimizer="{type: average}",
-                                  max_steps=50), "--averaging")
+                                  max_steps=50), "--averaging", export=False)
 
     def test_ssp_and_async_jobs_train_to_the_target(self):
         # The consistency mode comes from the job spec, as for fulcrum-worker;
@@ -271,7 +298,6 @@ class PyTorchWorkersTest(unittest.TestCase):
 
 class CallsAfterFinishTest(unittest.TestCase):
     def test_a_finished_worker_refuses_calls(self):
-        import fulcrum.torch
         w = fulcrum.torch.Worker.__new__(fulcrum.torch.Worker)
         w._native = None
         with self.assertRaises(fulcrum.FulcrumError) as e:

@@ -34,7 +34,7 @@ data = models.read_idx(args.idx) if args.idx else models.synthetic(args.samples)
 opt = (torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
        if args.averaging else None)
 w = fulcrum.torch.Worker(model, coordinator=args.coordinator, job=args.job,
-                         optimizer=opt, join_timeout=60, step_timeout=60)
+                         optimizer=opt, join_timeout=120, step_timeout=60)
 print(f"joined rank {w.rank} of {w.world_size} at step {w.step_num} "
       f"(metrics port {w.metrics_port})", flush=True)
 x_all, y_all = data.tensors

@@ -9,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config/model_layout.h"
 #include "common/metrics/http_server.h"
 #include "common/metrics/metrics.h"
 #include "common/net/transport.h"
+#include "common/tensor/model_file.h"
 #include "worker/capi/fulcrum.h"
 #include "worker/coordinator_link.h"
 #include "worker/grpc_channel.h"
@@ -111,6 +113,22 @@ absl::StatusOr<fulcrum::Assignment> AwaitAssignment(fulcrum_worker* w,
 extern "C" {
 
 int fulcrum_api_version(void) { return FULCRUM_API_VERSION; }
+
+int fulcrum_load_model(const char* path, float* out, int64_t count,
+                       int64_t* version, fulcrum_error* error) {
+  absl::StatusOr<fulcrum::ModelFile> model = fulcrum::ReadModelFile(Str(path));
+  if (!model.ok()) return Fail(model.status(), error);
+  const int64_t have = static_cast<int64_t>(model->params.size());
+  if (have != count || (count > 0 && out == nullptr)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    Str(path), " holds ", have, " floats; the model has ",
+                    count)),
+                error);
+  }
+  std::copy(model->params.begin(), model->params.end(), out);
+  if (version != nullptr) *version = model->version;
+  return 0;
+}
 
 fulcrum_worker* fulcrum_connect(const fulcrum_options* options,
                                 fulcrum_error* error) {

@@ -87,6 +87,14 @@ typedef struct {
 
 int fulcrum_api_version(void);
 
+/* Reads a model file `fulcrumctl export` wrote (the job's flat vector:
+ * tensors in declared order) into out[0, count). INVALID_ARGUMENT when the
+ * file holds another number of floats (the message says how many);
+ * NOT_FOUND, DATA_LOSS (corrupt: CRC) as the file is. *version: the
+ * updates the parameters include (may be NULL). Needs no worker. */
+int fulcrum_load_model(const char* path, float* out, int64_t count,
+                       int64_t* version, fulcrum_error* error);
+
 /* Registers with the coordinator for options->job_id (NOT_FOUND for an
  * unknown job; FAILED_PRECONDITION for a job of a built-in model). */
 fulcrum_worker* fulcrum_connect(const fulcrum_options* options,

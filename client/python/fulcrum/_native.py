@@ -115,6 +115,7 @@ def _load():
         "fulcrum_connect": (P, [ctypes.POINTER(_Options), E]),
         "fulcrum_close": (None, [P]),
         "fulcrum_metrics_port": (I32, [P]),
+        "fulcrum_load_model": (ctypes.c_int, [C, F, I64, ctypes.POINTER(I64), E]),
         "fulcrum_declare": (ctypes.c_int, [P, I32, ctypes.POINTER(C),
                                            ctypes.POINTER(ctypes.POINTER(I64)),
                                            ctypes.POINTER(I32),
@@ -147,6 +148,15 @@ def _load():
 
 def api_version():
     return _load().fulcrum_api_version()
+
+
+def load_model(path, out_ptr, count):
+    """Reads a `fulcrumctl export` file into `count` floats at out_ptr;
+    returns the version (updates) it holds."""
+    version, err = ctypes.c_int64(), _Error()
+    _check(_load().fulcrum_load_model(_bytes(path), ctypes.cast(out_ptr, ctypes.POINTER(ctypes.c_float)),
+                                      count, ctypes.byref(version), ctypes.byref(err)), err)
+    return version.value
 
 
 def _check(code, err):

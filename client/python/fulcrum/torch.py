@@ -27,7 +27,31 @@ import torch
 import torch.utils.data
 
 from fulcrum._native import (FAILED_PRECONDITION, FulcrumError, GenerationEnded,
-                             NativeWorker, Progress)
+                             NativeWorker, Progress, load_model)
+
+
+def declared_tensors(model):
+    """The (name, tensor) pairs a Worker declares for `model`, in order: its
+    parameters, then its floating-point buffers (integer ones such as
+    num_batches_tracked stay each worker's own)."""
+    return (list(model.named_parameters()) +
+            [(n, b) for n, b in model.named_buffers() if b.is_floating_point()])
+
+
+def load_exported(model, path):
+    """Loads what `fulcrumctl export JOB --out PATH` saved of a job's model
+    into `model` (the same architecture its workers declared): parameters
+    and buffers, in place. Returns the number of updates the values include.
+    INVALID_ARGUMENT when the file's size does not match the model."""
+    tensors = [t for _, t in declared_tensors(model)]
+    flat = torch.empty(sum(t.numel() for t in tensors), dtype=torch.float32)
+    version = load_model(path, flat.data_ptr(), flat.numel())
+    with torch.no_grad():
+        offset = 0
+        for t in tensors:
+            t.copy_(flat[offset:offset + t.numel()].view_as(t))
+            offset += t.numel()
+    return version
 
 
 class Worker:
@@ -50,10 +74,8 @@ class Worker:
         self.optimizer = optimizer
         self._params = [p for _, p in model.named_parameters()]
         names = [n for n, _ in model.named_parameters()]
-        # Buffers follow the parameters in the flat vector; integer ones
-        # (num_batches_tracked) stay each worker's own.
-        buffers = [(n, b) for n, b in model.named_buffers()
-                   if b.is_floating_point()]
+        # Buffers follow the parameters in the flat vector (declared_tensors).
+        buffers = declared_tensors(model)[len(self._params):]
         self._buffers = [b for _, b in buffers]
         self._tensors = self._params + self._buffers
         device = str(self._tensors[0].device) if self._tensors else "cpu"
@@ -292,6 +314,13 @@ class Worker:
             self.stopped = self._native.wait(self.step_num + 1, self._arrived)
         except GenerationEnded as e:
             self._rejoin(e)
+            return False
+        except FulcrumError:
+            if not self._native.leaving():
+                raise
+            # The job ended elsewhere (another worker reached the target in
+            # an ssp/async job, or it was cancelled): this worker is done.
+            self.stopped = True
             return False
         if batch is not None and batch[3] is not None and batch[0] == self.generation:
             self._done_chunks.append(batch[3])  # reported with the next lease
