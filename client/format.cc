@@ -58,6 +58,9 @@ std::string ProgressLine(const v1::JobStatus& s) {
                         s.workers_size());
   if (s.preparing_size() > 0)
     absl::StrAppendFormat(&line, " (+%d preparing)", s.preparing_size());
+  // A pending job says what it waits for ("waiting for 2 shards ...").
+  if (s.state() == v1::PENDING && !s.message().empty())
+    absl::StrAppend(&line, " - ", s.message());
   return line;
 }
 

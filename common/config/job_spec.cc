@@ -4,9 +4,11 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "common/status/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
@@ -17,6 +19,15 @@ using v1::JobSpec;
 
 absl::Status Bad(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
+}
+
+// What the user sent, quoted at most kQuoteChars long: an error message
+// never echoes a large input back (into logs or gRPC metadata).
+constexpr size_t kQuoteChars = 64;
+std::string Quote(absl::string_view s) {
+  if (s.size() <= kQuoteChars) return absl::StrCat("'", s, "'");
+  return absl::StrCat("'", s.substr(0, kQuoteChars), "...' (", s.size(),
+                      " bytes)");
 }
 
 std::string Join(const std::string& prefix, const std::string& key) {
@@ -31,8 +42,8 @@ absl::Status Read(const YAML::Node& node, const std::string& field,
   try {
     *out = node.as<T>();
   } catch (const YAML::Exception&) {
-    return Bad(field, absl::StrCat("must be ", type_name, ", got '",
-                                   node.Scalar(), "'"));
+    return Bad(field, absl::StrCat("must be ", type_name, ", got ",
+                                   Quote(node.Scalar())));
   }
   return absl::OkStatus();
 }
@@ -51,12 +62,12 @@ absl::Status ReadMap(const YAML::Node& node, const std::string& prefix,
     const std::string key = kv.first.as<std::string>();
     if (!seen.insert(key).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("duplicate field '", Join(prefix, key), "'"));
+          absl::StrCat("duplicate field ", Quote(Join(prefix, key))));
     }
     auto it = handlers.find(key);
     if (it == handlers.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown field '", Join(prefix, key), "'"));
+          absl::StrCat("unknown field ", Quote(Join(prefix, key))));
     }
     absl::Status s = it->second(kv.second, Join(prefix, key));
     if (!s.ok()) return s;
@@ -74,9 +85,22 @@ Handler Scalar(const char* type_name, Setter set) {
   };
 }
 
+// A string field: never empty when written (leave it out for the default)
+// and at most kMaxStringBytes.
 Handler Str(std::string* out) {
-  return Scalar<std::string>("a string",
-                             [out](const std::string& v) { *out = v; });
+  return [out](const YAML::Node& n, const std::string& f) -> absl::Status {
+    std::string v;
+    RETURN_IF_ERROR(Read<std::string>(n, f, "a string", &v));
+    if (v.empty()) {
+      return Bad(f, "must not be empty (leave the field out for its default)");
+    }
+    if (v.size() > kMaxStringBytes) {
+      return Bad(f, absl::StrCat("must be at most ", kMaxStringBytes,
+                                 " bytes, got ", v.size()));
+    }
+    *out = std::move(v);
+    return absl::OkStatus();
+  };
 }
 
 absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
@@ -242,9 +266,9 @@ absl::Status ValidateSchedule(const v1::OptimizerSpec& o) {
   const v1::ScheduleSpec& s = o.schedule();
   const std::string& t = s.type();
   if (t != "constant" && t != "step" && t != "cosine") {
-    return Bad(
-        "optimizer.schedule.type",
-        absl::StrCat("must be one of [constant, step, cosine], got '", t, "'"));
+    return Bad("optimizer.schedule.type",
+               absl::StrCat("must be one of [constant, step, cosine], got ",
+                            Quote(t)));
   }
   if (s.warmup_steps() < 0) {
     return Bad("optimizer.schedule.warmup_steps",
@@ -283,8 +307,8 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
       t != "average") {
     return Bad("optimizer.type",
                absl::StrCat("must be one of [sgd, momentum, nesterov, adam, "
-                            "adamw, average], got '",
-                            t, "'"));
+                            "adamw, average], got ",
+                            Quote(t)));
   }
   if (t == "average") {  // the workers' own optimizers apply the gradient
     if (o.momentum() != 0 || o.weight_decay() != 0 || o.has_beta1() ||
@@ -326,7 +350,7 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
     return Bad("optimizer.beta2",
                absl::StrCat("must be in [0, 1)", Got(o.beta2())));
   }
-  if (o.has_eps() && !(o.eps() > 0)) {
+  if (o.has_eps() && !(o.eps() > 0 && std::isfinite(o.eps()))) {
     return Bad("optimizer.eps", absl::StrCat("must be > 0", Got(o.eps())));
   }
   return ValidateSchedule(o);
@@ -335,8 +359,8 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
 absl::Status ValidateConsistency(const v1::ConsistencySpec& c) {
   if (c.mode() != "sync" && c.mode() != "ssp" && c.mode() != "async") {
     return Bad("consistency.mode",
-               absl::StrCat("must be one of [sync, ssp, async], got '",
-                            c.mode(), "'"));
+               absl::StrCat("must be one of [sync, ssp, async], got ",
+                            Quote(c.mode())));
   }
   if (c.staleness() < 0 || c.staleness() > 1000) {
     return Bad("consistency.staleness",
@@ -363,7 +387,7 @@ absl::Status ValidateTensors(const v1::ModelSpec& m) {
     if (t.name().empty() || t.name().size() > 256)
       return Bad(at + ".name", "must be 1 to 256 characters");
     if (!names.insert(t.name()).second)
-      return Bad(at + ".name", absl::StrCat("'", t.name(), "' is declared twice"));
+      return Bad(at + ".name", absl::StrCat(Quote(t.name()), " is declared twice"));
     if (t.shape_size() > 8)
       return Bad(at + ".shape", absl::StrCat("has more than 8 dimensions",
                                              Got(t.shape_size())));
@@ -396,14 +420,14 @@ absl::Status ValidateModel(const v1::ModelSpec& m) {
     return ValidateTensors(m);
   }
   if (m.type() != "mlp") {
-    return Bad("model.type", absl::StrCat("must be one of [mlp, external], got '",
-                                          m.type(), "'"));
+    return Bad("model.type", absl::StrCat("must be one of [mlp, external], got ",
+                                          Quote(m.type())));
   }
   if (m.tensors_size() > 0)
     return Bad("model.tensors", "apply to model.type external only");
   if (m.activation() != "relu") {
-    return Bad("model.activation", absl::StrCat("must be one of [relu], got '",
-                                                m.activation(), "'"));
+    return Bad("model.activation", absl::StrCat("must be one of [relu], got ",
+                                                Quote(m.activation())));
   }
   if (m.layers_size() < 2)
     return Bad("model.layers",
@@ -492,12 +516,30 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.name().empty()) return Bad("name", "must not be empty");
   if (spec.name().size() > 128)
     return Bad("name", "must be at most 128 characters");
+  // Every string a spec carries is bounded (a spec may come as a proto,
+  // not only through the parser).
+  for (const auto& [field, value] :
+       std::initializer_list<std::pair<const char*, const std::string*>>{
+           {"model.type", &spec.model().type()},
+           {"model.activation", &spec.model().activation()},
+           {"dataset.format", &spec.dataset().format()},
+           {"dataset.dir", &spec.dataset().dir()},
+           {"dataset.sharding", &spec.dataset().sharding()},
+           {"optimizer.type", &spec.optimizer().type()},
+           {"optimizer.schedule.type", &spec.optimizer().schedule().type()},
+           {"consistency.mode", &spec.consistency().mode()},
+           {"checkpoint.dir", &spec.checkpoint().dir()}}) {
+    if (value->size() > kMaxStringBytes) {
+      return Bad(field, absl::StrCat("must be at most ", kMaxStringBytes,
+                                     " bytes, got ", value->size()));
+    }
+  }
   RETURN_IF_ERROR(ValidateModel(spec.model()));
   const auto& d = spec.dataset();
   const bool external = spec.model().type() == "external";
   if (!external && d.format() != "idx")
     return Bad("dataset.format",
-               absl::StrCat("must be one of [idx], got '", d.format(), "'"));
+               absl::StrCat("must be one of [idx], got ", Quote(d.format())));
   if (!external && d.dir().empty())
     return Bad("dataset.dir", "must not be empty");
   if (d.train_limit() < 0)
@@ -508,8 +550,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                absl::StrCat("must be >= 0", got(d.test_limit())));
   if (d.sharding() != "chunks" && d.sharding() != "static") {
     return Bad("dataset.sharding",
-               absl::StrCat("must be one of [chunks, static], got '",
-                            d.sharding(), "'"));
+               absl::StrCat("must be one of [chunks, static], got ",
+                            Quote(d.sharding())));
   }
 
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));

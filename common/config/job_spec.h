@@ -19,6 +19,8 @@ inline constexpr int64_t kMaxChunkBytes = 4 << 20;
 inline constexpr int kDefaultEvalEverySteps = 200;
 // An external model: at most this many tensors and elements (4 GiB of fp32).
 inline constexpr int kMaxTensors = 65536;
+// The longest string field a spec may hold (paths, type names).
+inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr int64_t kMaxModelElements = int64_t{1} << 30;
 
 // Parses a job file. JSON is accepted too (it is YAML). Unknown keys and

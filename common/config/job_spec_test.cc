@@ -218,6 +218,72 @@ TEST(JobSpecTest, ExternalModelsNeedNoLayersOrDataset) {
             "applies the same averaged gradient)");
 }
 
+// Every float field rejects NaN and infinities (each was checked on its
+// own; eps: +inf passed before).
+TEST(JobSpecTest, EveryFloatFieldRejectsNanAndInfinity) {
+  const char* fields[] = {
+      "optimizer: {type: adam, lr: X}",
+      "optimizer: {type: momentum, lr: 0.1, momentum: X}",
+      "optimizer: {type: momentum, lr: 0.1, momentum: 0.9, weight_decay: X}",
+      "optimizer: {type: adam, lr: 0.1, beta1: X}",
+      "optimizer: {type: adam, lr: 0.1, beta2: X}",
+      "optimizer: {type: adam, lr: 0.1, eps: X}",
+      "optimizer: {type: sgd, lr: 0.1, schedule: {type: step, step_size: 1, "
+      "gamma: X}}",
+      "optimizer: {type: sgd, lr: 0.1, schedule: {type: cosine, total_steps: "
+      "9, min_lr: X}}",
+      "target_accuracy: X",
+  };
+  for (const char* f : fields) {
+    for (const char* bad : {".nan", ".inf", "-.inf"}) {
+      std::string yaml = f;
+      yaml.replace(yaml.find('X'), 1, bad);
+      absl::Status s = ErrorWith(yaml);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << yaml;
+    }
+  }
+  EXPECT_NE(ErrorWith("optimizer: {type: adam, lr: 0.1, eps: .inf}")
+                .message()
+                .find("optimizer.eps must be > 0, got inf"),
+            std::string::npos);
+}
+
+// Strings: never empty when written, bounded in length, and an error
+// quotes at most a short prefix of what was sent.
+TEST(JobSpecTest, StringsAreBoundedAndErrorsQuoteAShortPrefix) {
+  absl::Status empty = ErrorWith("optimizer: {type: '', lr: 0.1}");
+  EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(empty.message().find("optimizer.type must not be empty"),
+            std::string::npos)
+      << empty;
+  const std::string huge(5 << 20, 'x');  // 5 MB
+  absl::Status parsed =
+      ErrorWith("model: {type: " + huge + ", layers: [784, 10]}");
+  EXPECT_EQ(parsed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.message().find("model.type must be at most 4096 bytes, got "
+                                  "5242880"),
+            std::string::npos)
+      << parsed.message().substr(0, 200);
+  EXPECT_LT(parsed.message().size(), 200u);
+  // An unknown value: quoted, cut at 64 characters.
+  absl::Status named = ErrorWith("model: {type: " + std::string(300, 'y') +
+                                 ", layers: [784, 10]}");
+  EXPECT_NE(named.message().find("yyy...' (300 bytes)"), std::string::npos)
+      << named;
+  EXPECT_LT(named.message().size(), 200u);
+  EXPECT_LT(ErrorWith(huge + ": 1").message().size(), 200u) << "an unknown key";
+  // A spec that comes as a proto (SubmitJob) is held to the same bounds.
+  auto spec = ParseJobSpec(kValid);
+  ASSERT_TRUE(spec.ok());
+  ApplyDefaults(&*spec);
+  spec->mutable_dataset()->set_dir(huge);
+  absl::Status proto = ValidateJobSpec(*spec);
+  EXPECT_NE(proto.message().find("dataset.dir must be at most 4096 bytes"),
+            std::string::npos)
+      << proto.message().substr(0, 200);
+  EXPECT_LT(proto.message().size(), 200u);
+}
+
 TEST(JobSpecTest, RejectsMalformedDocuments) {
   EXPECT_EQ(ParseJobSpec("name: [unclosed").status().code(),
             absl::StatusCode::kInvalidArgument);

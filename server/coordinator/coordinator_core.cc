@@ -105,13 +105,32 @@ void Coordinator::StartJobs(absl::Time now, Effects* e) {
     if (job.phase != JobPhase::kWaiting) continue;
     const v1::JobSpec& spec = job.spec();
     // An external model starts once a worker declared its tensors.
-    if (job.external() && spec.model().tensors_size() == 0) continue;
+    if (job.external() && spec.model().tensors_size() == 0) {
+      job.status.set_message(
+          "waiting for a worker to declare the model (model.type external: "
+          "fulcrum.torch workers registered for this job declare it)");
+      continue;
+    }
     std::vector<std::string> idle = members_.IdleWorkers(job_id, job.external());
+    const auto candidates = members_.Candidates(ShardLoad());
     const std::vector<std::string> shard_ids =
-        PlaceShards(members_.Candidates(ShardLoad()), spec.shards());
+        PlaceShards(candidates, spec.shards());
     if (static_cast<int>(idle.size()) < spec.workers().min() ||
         shard_ids.empty()) {
       job.ready_since = absl::InfinitePast();
+      // Say what it waits for: a job that asks for more than ever
+      // registers would otherwise wait without a word.
+      std::vector<std::string> lacking;
+      if (static_cast<int>(idle.size()) < spec.workers().min()) {
+        lacking.push_back(absl::StrCat(spec.workers().min(), " workers (",
+                                       idle.size(), " idle now)"));
+      }
+      if (shard_ids.empty()) {
+        lacking.push_back(absl::StrCat(spec.shards(), " shards (",
+                                       candidates.size(), " registered)"));
+      }
+      job.status.set_message(
+          absl::StrCat("waiting for ", absl::StrJoin(lacking, " and ")));
       continue;
     }
     if (job.ready_since == absl::InfinitePast()) job.ready_since = now;

@@ -93,6 +93,9 @@ TEST_F(CoordinatorTest, StartsWhenEnoughMembersThenSucceeds) {
   AddShard("127.0.0.1:1");
   coordinator_.Tick();
   EXPECT_EQ(coordinator_.GetJob(*id)->state(), v1::PENDING);
+  // A pending job says what it waits for.
+  EXPECT_EQ(coordinator_.GetJob(*id)->message(),
+            "waiting for 2 workers (1 idle now) and 2 shards (1 registered)");
   const std::string w2 = AddWorker();
   AddShard("127.0.0.1:2");
   coordinator_.Tick();  // min reached: waits start_grace for a third worker
@@ -104,6 +107,7 @@ TEST_F(CoordinatorTest, StartsWhenEnoughMembersThenSucceeds) {
   EXPECT_EQ(shards_.inits[0].second.workers_size(), 2);
   v1::JobStatus status = *coordinator_.GetJob(*id);
   EXPECT_EQ(status.state(), v1::RUNNING);
+  EXPECT_EQ(status.message(), "");
   EXPECT_EQ(status.generation(), 1);
   EXPECT_EQ(status.live_workers(), 2);
 
