@@ -144,6 +144,13 @@ TEST(ShardCoreTest, RejectsBadPushesWithoutChangingState) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   r = (*job)->Push(0, Chunk(0, g, -1));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  // 2^62 samples from each of two workers wrapped the step's sum to 0 and
+  // silently dropped the update: refused.
+  r = (*job)->Push(0, Chunk(0, g, int64_t{1} << 62));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("push.samples must be in [0, 4294967296]"),
+            std::string::npos)
+      << r.status();
 
   // Nothing was accumulated: after both valid pushes the update is exactly one
   // step.

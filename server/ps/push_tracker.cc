@@ -36,9 +36,9 @@ absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
   if (c.step < 0)
     return absl::InvalidArgumentError(
         absl::StrCat("push.step must be >= 0, got ", c.step));
-  if (c.samples < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("push.samples must be >= 0, got ", c.samples));
+  if (c.samples < 0 || c.samples > kMaxPushSamples) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.samples must be in [0, ", kMaxPushSamples, "], got ", c.samples));
   }
   if (c.range.chunk != -1 &&
       (c.range.chunk < 0 || c.range.end < c.range.begin)) {

@@ -35,8 +35,14 @@ enum class PushOutcome {
   kAlreadyComplete,  // a repeat: complete (or applied) before
 };
 
+// The most samples one push may stand for: a step's sum over 1024 workers
+// stays far from overflowing (2^62 samples twice wrapped the sum and
+// silently dropped a step).
+inline constexpr int64_t kMaxPushSamples = int64_t{1} << 32;
+
 // INVALID_ARGUMENT naming the field when `c` cannot be a chunk of
-// `partition` cut at `chunk_elems`: step or samples negative, a bad range,
+// `partition` cut at `chunk_elems`: step negative, samples outside [0,
+// kMaxPushSamples], a bad range,
 // offset or length, or a NaN/infinite element. One branch-free pass over the
 // data (it vectorizes); the bad element is looked for only when there is one.
 absl::Status ValidatePush(const Partition& partition, int64_t chunk_elems,

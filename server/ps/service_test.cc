@@ -208,7 +208,7 @@ TEST_F(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
   p = GoodPush();
   p.set_samples(-2);
   ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT,
-                 "push.samples must be >= 0");
+                 "push.samples must be in [0, 4294967296], got -2");
 }
 
 TEST_F(BadInputTest, BadInitJobNamesTheField) {

@@ -176,7 +176,16 @@ class Worker:
             self._batches = collections.deque()
 
     def _rejoin(self, error):
-        self._take(self._next_generation(error))
+        try:
+            a = self._next_generation(error)
+        except FulcrumError:
+            if not self._native.leaving():
+                raise
+            # The job ended elsewhere (another worker reached the target in
+            # an ssp/async job, or it was cancelled): this worker is done.
+            self.stopped = True
+            return
+        self._take(a)
 
     def _load_parameters(self):
         """The job's values into the model: once bound as views on the CPU
@@ -318,9 +327,7 @@ class Worker:
         except FulcrumError:
             if not self._native.leaving():
                 raise
-            # The job ended elsewhere (another worker reached the target in
-            # an ssp/async job, or it was cancelled): this worker is done.
-            self.stopped = True
+            self.stopped = True  # the job ended elsewhere (see _rejoin)
             return False
         if batch is not None and batch[3] is not None and batch[0] == self.generation:
             self._done_chunks.append(batch[3])  # reported with the next lease
