@@ -414,6 +414,26 @@ void Coordinator::Finish(Job& job, v1::JobState state,
                          const std::string& message, Effects* e) {
   if (job.phase == JobPhase::kEnded) return;
   const bool had_shards = job.running() || job.phase == JobPhase::kStarting;
+  // Keep what rank 0 last reported: once ended, the status stops reading
+  // the workers' heartbeats (a cancelled job showed step 0).
+  if (job.status.workers_size() > 0) {
+    const WorkerMember* w = members_.FindWorker(job.status.workers(0));
+    if (w != nullptr && w->job_id == job.id() &&
+        w->progress.step() > job.status.progress().step()) {
+      *job.status.mutable_progress() = w->progress;
+    }
+  }
+  // And what the job trained, so that it survives a restart (the samples
+  // map and the chunk table are not persisted).
+  int64_t samples = 0;
+  for (const auto& [worker, n] : job.samples) samples += n;
+  job.status.mutable_progress()->set_samples_total(
+      std::max(samples, job.status.progress().samples_total()));
+  if (job.chunks != nullptr) {
+    job.status.clear_epochs();
+    for (v1::EpochSamples& e : job.chunks->Epochs(job.ledger))
+      *job.status.add_epochs() = std::move(e);
+  }
   job.SetPhase(JobPhase::kEnded, state);
   job.status.set_message(message);
   job.status.set_end_time_unix(Unix(options_.env->Now()));

@@ -508,6 +508,24 @@ TEST_F(CoordinatorTest, CancelAndUnknownJobs) {
   EXPECT_TRUE(shards_.inits.empty());
 }
 
+TEST_F(CoordinatorTest, ACancelledJobKeepsItsProgress) {
+  auto id = coordinator_.SubmitJob(Spec(1, 1, 1));
+  const std::string w = AddWorker();
+  AddShard("127.0.0.1:1");
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  v1::WorkerHeartbeatRequest beat;
+  beat.set_worker_id(w);
+  beat.set_job_id(*id);
+  beat.mutable_progress()->set_step(42);
+  beat.mutable_progress()->set_epoch(1);
+  ASSERT_TRUE(coordinator_.WorkerHeartbeat(beat).ok());
+  EXPECT_EQ(coordinator_.GetJob(*id)->progress().step(), 42);
+  ASSERT_EQ(coordinator_.CancelJob(*id)->state(), v1::CANCELLED);
+  EXPECT_EQ(coordinator_.GetJob(*id)->progress().step(), 42)
+      << "was 0 once the job ended";
+}
+
 TEST_F(CoordinatorTest, ShardInitFailureRetriesThenRejectsBadJobs) {
   auto id = coordinator_.SubmitJob(Spec(1, 1, 1));
   const std::string w = AddWorker();

@@ -95,6 +95,62 @@ TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
             absl::StatusCode::kNotFound);
 }
 
+// An ended job keeps its samples and per-epoch ledger across a restart
+// (they showed 0 samples and no epochs).
+TEST(CoordinatorRecoveryTest, AnEndedJobKeepsWhatItTrainedAcrossARestart) {
+  Durable d("ended_state");
+  std::string job;
+  v1::JobStatus before;
+  {
+    Coordinator first(d.options, &d.shards);
+    ASSERT_TRUE(first.Recover().ok());
+    job = *first.SubmitJob(TinySpec(1, 1, 1));
+    const std::string w = first.RegisterWorker({})->worker_id();
+    v1::RegisterShardRequest r;
+    r.set_address("127.0.0.1:1");
+    const std::string s = first.RegisterShard(r)->shard_id();
+    first.Tick();
+    ASSERT_EQ(first.GetJob(job)->state(), v1::RUNNING);
+    v1::LeaseChunkRequest lease;  // the dataset's size: the chunk table
+    lease.set_worker_id(w);
+    lease.set_job_id(job);
+    lease.set_generation(1);
+    lease.set_dataset_size(100);
+    ASSERT_TRUE(first.LeaseChunk(lease).ok());
+    v1::ShardHeartbeatRequest sb;  // the shard's ledger: 40 samples of epoch 0
+    sb.set_shard_id(s);
+    v1::ShardJobStats* stats = sb.add_jobs();
+    stats->set_job_id(job);
+    stats->set_generation(1);
+    stats->set_has_ledger(true);
+    v1::LedgerEntry* entry = stats->add_ledger();
+    entry->set_chunk(0);
+    entry->set_end(40);
+    entry->set_samples(40);
+    ASSERT_TRUE(first.ShardHeartbeat(sb).ok());
+    v1::ReportProgressRequest done;
+    done.set_worker_id(w);
+    done.set_job_id(job);
+    done.set_done(true);
+    done.mutable_progress()->set_step(5);
+    done.mutable_progress()->set_samples_total(40);
+    ASSERT_TRUE(first.ReportProgress(done).ok());
+    before = *first.GetJob(job);
+    ASSERT_EQ(before.state(), v1::SUCCEEDED);
+    ASSERT_EQ(before.progress().samples_total(), 40);
+    ASSERT_GE(before.epochs_size(), 1);
+    ASSERT_EQ(before.epochs(0).trained(), 40);
+  }
+  Coordinator second(d.options, &d.shards);
+  ASSERT_TRUE(second.Recover().ok());
+  const v1::JobStatus after = *second.GetJob(job);
+  EXPECT_EQ(after.state(), v1::SUCCEEDED);
+  EXPECT_EQ(after.progress().samples_total(), 40);
+  EXPECT_EQ(after.progress().step(), 5);
+  ASSERT_EQ(after.epochs_size(), before.epochs_size());
+  EXPECT_EQ(after.epochs(0).trained(), 40);
+}
+
 // Regression: after a restart, a ReportProgress of a worker the
 // coordinator issued, for a job it does not know, was answered NOT_FOUND
 // but adopted the worker pointing at that job - and the worker's next

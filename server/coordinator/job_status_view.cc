@@ -29,7 +29,9 @@ void AddWorkers(const Job& job, const MemberRegistry& members,
   if (running) out->mutable_progress()->set_samples_per_sec(rate);
   int64_t samples = 0;
   for (const auto& [worker, n] : job.samples) samples += n;
-  out->mutable_progress()->set_samples_total(samples);
+  // An ended job keeps what it had at its end (Finish), restarts included.
+  out->mutable_progress()->set_samples_total(
+      std::max(samples, job.status.progress().samples_total()));
 }
 
 // A checkpoint is complete once every shard index has it on disk.
@@ -73,7 +75,11 @@ v1::JobStatus JobStatusView(const Job& job, const MemberRegistry& members) {
   v1::JobStatus out = job.status;
   out.clear_preparing();
   out.clear_checkpoint_steps();
-  out.clear_epochs();
+  // Epochs from the shards' ledger while the coordinator has it; an ended
+  // job after a restart shows those kept at its end (Finish).
+  const bool from_ledger = job.chunks != nullptr &&
+                           (job.phase != JobPhase::kEnded || !job.ledger.empty());
+  if (from_ledger) out.clear_epochs();
   out.clear_stalls();
   out.clear_staleness();
   out.mutable_shard_addresses()->Assign(job.shard_addresses.begin(),
@@ -81,7 +87,7 @@ v1::JobStatus JobStatusView(const Job& job, const MemberRegistry& members) {
   AddWorkers(job, members, &out);
   AddCheckpoints(job, &out);
   // Samples per epoch, from the shards' ledger: what the parameters hold.
-  if (job.chunks != nullptr) {
+  if (from_ledger) {
     for (v1::EpochSamples& e : job.chunks->Epochs(job.ledger))
       *out.add_epochs() = std::move(e);
   }
