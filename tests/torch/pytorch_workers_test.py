@@ -3,10 +3,8 @@ parameters as one process with the whole batch (on-shard optimizer and
 gradient averaging), elasticity with a SIGKILL, a C++ and a PyTorch worker
 in one job, and bad input."""
 
-import math
 import os
 import subprocess
-import time
 import unittest
 
 import torch
