@@ -94,6 +94,10 @@ class Worker(LeasedData):
                              buffers={n for n, _ in buffers})
         self._layout()
         pin = self._cuda and torch.cuda.is_available()
+        # CUDA: gradients leave on their own stream, so that the copies to
+        # the page-locked buffer overlap the rest of backward.
+        self._copy_stream = (torch.cuda.Stream(device=self._tensors[0].device)
+                             if pin else None)
         total = self._native.num_elements()
         self._flat = torch.empty(total, dtype=torch.float32, pin_memory=pin)
         self._grads = torch.zeros(total, dtype=torch.float32, pin_memory=pin)
@@ -220,8 +224,7 @@ class Worker(LeasedData):
         with torch.no_grad():
             for i, b in enumerate(self._buffers, len(self._params)):
                 self._got[i] = True
-                self._slice(self._grads, i).copy_(b.detach().reshape(-1),
-                                                  non_blocking=self._cuda)
+                self._to_host(self._slice(self._grads, i), b.detach().reshape(-1))
                 self._tensor_done(i)
 
     # -- one step ----------------------------------------------------------
@@ -242,11 +245,22 @@ class Worker(LeasedData):
             if self._got[i]:
                 return None
             self._got[i] = True
-            self._slice(self._grads, i).copy_(grad.detach().reshape(-1),
-                                              non_blocking=self._cuda)
+            self._to_host(self._slice(self._grads, i), grad.detach().reshape(-1))
             self._tensor_done(i)
             return None
         return on_grad
+
+    def _to_host(self, dst, src):
+        """src into the page-locked `dst`: on the CPU a copy; on a GPU an
+        asynchronous copy on the copy stream, after what the compute stream
+        has queued so far (the gradient's kernels)."""
+        if self._copy_stream is None:
+            dst.copy_(src)
+            return
+        self._copy_stream.wait_stream(torch.cuda.current_stream(src.device))
+        with torch.cuda.stream(self._copy_stream):
+            dst.copy_(src, non_blocking=True)
+        src.record_stream(self._copy_stream)  # kept until the copy ran
 
     def _tensor_done(self, i):
         for pid in self._tensor_parts[i]:
@@ -258,7 +272,7 @@ class Worker(LeasedData):
         if not self._cuda:
             return self._push(pid)
         event = torch.cuda.Event()
-        event.record()
+        event.record(self._copy_stream)  # after the partition's copies
         self._copies.append((event, pid))
         still = []
         for e, q in self._copies:  # push the copies that have landed
