@@ -110,6 +110,13 @@ std::string EventLines(const v1::JobStatus& s) {
 
 std::string DataLines(const v1::JobStatus& s) {
   std::string out;
+  const v1::EpochSummary& earlier = s.earlier_epochs();
+  if (earlier.count() > 0) {
+    absl::StrAppendFormat(
+        &out, "  epochs 0-%d: %d of %d exactly once (%d of %d samples)\n",
+        earlier.count() - 1, earlier.exactly_once(), earlier.count(),
+        earlier.trained(), earlier.total());
+  }
   for (const v1::EpochSamples& e : s.epochs()) {
     absl::StrAppendFormat(&out, "  epoch %d: %d of %d samples trained\n",
                           e.epoch(), e.trained(), e.total());

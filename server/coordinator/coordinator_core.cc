@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/coordinator/job_status_view.h"
 #include "server/coordinator/placement.h"
 
 namespace fulcrum {
@@ -431,8 +432,10 @@ void Coordinator::Finish(Job& job, v1::JobState state,
       std::max(samples, job.status.progress().samples_total()));
   if (job.chunks != nullptr) {
     job.status.clear_epochs();
+    job.status.clear_earlier_epochs();
     for (v1::EpochSamples& e : job.chunks->Epochs(job.ledger))
       *job.status.add_epochs() = std::move(e);
+    CapEpochs(&job.status);
   }
   job.SetPhase(JobPhase::kEnded, state);
   job.status.set_message(message);

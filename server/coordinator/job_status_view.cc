@@ -34,6 +34,24 @@ void AddWorkers(const Job& job, const MemberRegistry& members,
       std::max(samples, job.status.progress().samples_total()));
 }
 
+}  // namespace
+
+void CapEpochs(v1::JobStatus* s, int max_listed) {
+  const int n = s->epochs_size();
+  if (n <= max_listed) return;
+  v1::EpochSummary* sum = s->mutable_earlier_epochs();
+  for (int i = 0; i < n - max_listed; ++i) {
+    const v1::EpochSamples& e = s->epochs(i);
+    sum->set_count(std::max(sum->count(), e.epoch() + 1));
+    sum->set_trained(sum->trained() + e.trained());
+    sum->set_total(sum->total() + e.total());
+    if (e.trained() == e.total()) sum->set_exactly_once(sum->exactly_once() + 1);
+  }
+  s->mutable_epochs()->DeleteSubrange(0, n - max_listed);
+}
+
+namespace {
+
 // A checkpoint is complete once every shard index has it on disk.
 void AddCheckpoints(const Job& job, v1::JobStatus* out) {
   std::set<int64_t> common;
@@ -88,8 +106,10 @@ v1::JobStatus JobStatusView(const Job& job, const MemberRegistry& members) {
   AddCheckpoints(job, &out);
   // Samples per epoch, from the shards' ledger: what the parameters hold.
   if (from_ledger) {
+    out.clear_earlier_epochs();
     for (v1::EpochSamples& e : job.chunks->Epochs(job.ledger))
       *out.add_epochs() = std::move(e);
+    CapEpochs(&out);
   }
   if (job.running()) {
     for (const auto& [shard, stalls] : job.stalls) {

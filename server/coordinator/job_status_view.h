@@ -15,6 +15,13 @@ namespace fulcrum {
 
 v1::JobStatus JobStatusView(const Job& job, const MemberRegistry& members);
 
+// A status lists at most this many epochs; the earlier ones are summed.
+inline constexpr int kMaxListedEpochs = 100;
+// Keeps the newest `max_listed` of s->epochs() and adds the others to
+// s->earlier_epochs() (so a status stays bounded however many epochs a job
+// has).
+void CapEpochs(v1::JobStatus* s, int max_listed = kMaxListedEpochs);
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_SERVER_COORDINATOR_JOB_STATUS_VIEW_H_
