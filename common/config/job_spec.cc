@@ -85,18 +85,14 @@ Handler Scalar(const char* type_name, Setter set) {
   };
 }
 
-// A string field: never empty when written (leave it out for the default)
-// and at most kMaxStringBytes.
+// A string field: never empty when written (leave it out for the default).
+// Its length is ValidateJobSpec's to bound (specs also come as protos).
 Handler Str(std::string* out) {
   return [out](const YAML::Node& n, const std::string& f) -> absl::Status {
     std::string v;
     RETURN_IF_ERROR(Read<std::string>(n, f, "a string", &v));
     if (v.empty()) {
       return Bad(f, "must not be empty (leave the field out for its default)");
-    }
-    if (v.size() > kMaxStringBytes) {
-      return Bad(f, absl::StrCat("must be at most ", kMaxStringBytes,
-                                 " bytes, got ", v.size()));
     }
     *out = std::move(v);
     return absl::OkStatus();

@@ -426,17 +426,9 @@ void Coordinator::Finish(Job& job, v1::JobState state,
   }
   // And what the job trained, so that it survives a restart (the samples
   // map and the chunk table are not persisted).
-  int64_t samples = 0;
-  for (const auto& [worker, n] : job.samples) samples += n;
   job.status.mutable_progress()->set_samples_total(
-      std::max(samples, job.status.progress().samples_total()));
-  if (job.chunks != nullptr) {
-    job.status.clear_epochs();
-    job.status.clear_earlier_epochs();
-    for (v1::EpochSamples& e : job.chunks->Epochs(job.ledger))
-      *job.status.add_epochs() = std::move(e);
-    CapEpochs(&job.status);
-  }
+      std::max(SamplesTrained(job), job.status.progress().samples_total()));
+  if (job.chunks != nullptr) FillEpochs(job, &job.status);
   job.SetPhase(JobPhase::kEnded, state);
   job.status.set_message(message);
   job.status.set_end_time_unix(Unix(options_.env->Now()));

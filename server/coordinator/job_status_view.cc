@@ -27,14 +27,27 @@ void AddWorkers(const Job& job, const MemberRegistry& members,
   }
   out->set_live_workers(live);
   if (running) out->mutable_progress()->set_samples_per_sec(rate);
-  int64_t samples = 0;
-  for (const auto& [worker, n] : job.samples) samples += n;
   // An ended job keeps what it had at its end (Finish), restarts included.
   out->mutable_progress()->set_samples_total(
-      std::max(samples, job.status.progress().samples_total()));
+      std::max(SamplesTrained(job), job.status.progress().samples_total()));
 }
 
 }  // namespace
+
+int64_t SamplesTrained(const Job& job) {
+  int64_t samples = 0;
+  for (const auto& [worker, n] : job.samples) samples += n;
+  return samples;
+}
+
+void FillEpochs(const Job& job, v1::JobStatus* s) {
+  s->clear_epochs();
+  s->clear_earlier_epochs();
+  if (job.chunks == nullptr) return;
+  for (v1::EpochSamples& e : job.chunks->Epochs(job.ledger))
+    *s->add_epochs() = std::move(e);
+  CapEpochs(s);
+}
 
 void CapEpochs(v1::JobStatus* s, int max_listed) {
   const int n = s->epochs_size();
@@ -97,7 +110,6 @@ v1::JobStatus JobStatusView(const Job& job, const MemberRegistry& members) {
   // job after a restart shows those kept at its end (Finish).
   const bool from_ledger = job.chunks != nullptr &&
                            (job.phase != JobPhase::kEnded || !job.ledger.empty());
-  if (from_ledger) out.clear_epochs();
   out.clear_stalls();
   out.clear_staleness();
   out.mutable_shard_addresses()->Assign(job.shard_addresses.begin(),
@@ -105,12 +117,7 @@ v1::JobStatus JobStatusView(const Job& job, const MemberRegistry& members) {
   AddWorkers(job, members, &out);
   AddCheckpoints(job, &out);
   // Samples per epoch, from the shards' ledger: what the parameters hold.
-  if (from_ledger) {
-    out.clear_earlier_epochs();
-    for (v1::EpochSamples& e : job.chunks->Epochs(job.ledger))
-      *out.add_epochs() = std::move(e);
-    CapEpochs(&out);
-  }
+  if (from_ledger) FillEpochs(job, &out);
   if (job.running()) {
     for (const auto& [shard, stalls] : job.stalls) {
       for (const v1::Stall& s : stalls) *out.add_stalls() = s;

@@ -15,6 +15,12 @@ namespace fulcrum {
 
 v1::JobStatus JobStatusView(const Job& job, const MemberRegistry& members);
 
+// What the job trained: its workers' reported samples, and per epoch from
+// the shards' ledger (capped, CapEpochs) into s; Finish keeps them, the view
+// shows them.
+int64_t SamplesTrained(const Job& job);
+void FillEpochs(const Job& job, v1::JobStatus* s);
+
 // A status lists at most this many epochs; the earlier ones are summed.
 inline constexpr int kMaxListedEpochs = 100;
 // Keeps the newest `max_listed` of s->epochs() and adds the others to

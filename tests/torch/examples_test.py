@@ -40,17 +40,21 @@ class ExamplesTest(unittest.TestCase):
         return self.cluster._start(name, [harness.PYTHON, harness.runfile(
             os.path.join(EXAMPLES, script)), *args], env=self.env())
 
-    def test_the_cnn_example_trains_a_job_from_the_installed_wheel(self):
+    def train_cnn(self, timeout, *extra):
+        """The shipped CNN job with two example workers; its final status."""
         with open(harness.runfile(os.path.join(EXAMPLES, "fashion_mnist_cnn.yaml"))) as f:
             job_id = self.cluster.submit(f.read())
         for name in ("a", "b"):
             self.example(name, "fulcrum_train.py", "--coordinator", self.cluster.coordinator,
                          "--job", job_id, "--data", self.data, "--eval_every", "4",
-                         "--threads", "1")
+                         *extra)
         for name in ("a", "b"):
-            self.assertEqual(self.cluster.procs[name].wait(timeout=180), 0,
+            self.assertEqual(self.cluster.procs[name].wait(timeout=timeout), 0,
                              self.cluster.logs())
-        status = self.cluster.wait_state(job_id, ["SUCCEEDED"], 30)
+        return self.cluster.wait_state(job_id, ["SUCCEEDED"], 30)
+
+    def test_the_cnn_example_trains_a_job_from_the_installed_wheel(self):
+        status = self.train_cnn(180, "--threads", "1")
         self.assertEqual(len(status["workers"]), 2)
         logs = self.cluster.log("a") + self.cluster.log("b")
         self.assertIn("done at step", logs)
@@ -65,16 +69,7 @@ class ExamplesTest(unittest.TestCase):
     def test_the_cnn_example_on_a_gpu_reaches_the_target(self):
         # CUDA tensors: gradients staged through page-locked buffers, two
         # workers on one GPU.
-        with open(harness.runfile(os.path.join(EXAMPLES, "fashion_mnist_cnn.yaml"))) as f:
-            job_id = self.cluster.submit(f.read())
-        for name in ("a", "b"):
-            self.example(name, "fulcrum_train.py", "--coordinator", self.cluster.coordinator,
-                         "--job", job_id, "--data", self.data, "--eval_every", "4",
-                         "--device", "cuda")
-        for name in ("a", "b"):
-            self.assertEqual(self.cluster.procs[name].wait(timeout=300), 0,
-                             self.cluster.logs())
-        status = self.cluster.wait_state(job_id, ["SUCCEEDED"], 30)
+        status = self.train_cnn(300, "--device", "cuda")
         self.assertGreaterEqual(float(status["progress"]["test_accuracy"]), 0.916,
                                 status)
 

@@ -101,9 +101,7 @@ class Worker(LeasedData):
         total = self._native.num_elements()
         self._flat = torch.empty(total, dtype=torch.float32, pin_memory=pin)
         self._grads = torch.zeros(total, dtype=torch.float32, pin_memory=pin)
-        with torch.no_grad():
-            for i, t in enumerate(self._tensors):
-                self._slice(self._flat, i).copy_(t.detach().reshape(-1))
+        self._model_to_flat()
         self._hooks = [p.register_hook(self._hook(i))
                        for i, p in enumerate(self._params)]
         self.stopped = False
@@ -131,6 +129,12 @@ class Worker(LeasedData):
                     self._tensor_parts[i].append(pid)
                     self._part_tensors[pid].append(i)
 
+    def _model_to_flat(self):
+        """The model's values into the flat buffer (what a join uploads)."""
+        with torch.no_grad():
+            for i, t in enumerate(self._tensors):
+                self._slice(self._flat, i).copy_(t.detach().reshape(-1))
+
     def _slice(self, flat, i):
         return flat[self._offsets[i]:self._offsets[i] + self._tensors[i].numel()]
 
@@ -152,9 +156,7 @@ class Worker(LeasedData):
             # held the last averaged gradient. Every replica's values are
             # the same (one averaged gradient, one optimizer), so any rank 0
             # uploads the model.
-            with torch.no_grad():
-                for i, t in enumerate(self._tensors):
-                    self._slice(self._flat, i).copy_(t.detach().reshape(-1))
+            self._model_to_flat()
         for _ in range(attempts):
             try:
                 return self._native.rejoin(error.code)
