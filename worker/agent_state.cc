@@ -3,7 +3,8 @@
 namespace fulcrum {
 
 bool AgentState::has_work() const {
-  return assigned_.has_value() || phase_ == Phase::kOffered;
+  return assigned_.has_value() || ended_.has_value() ||
+         phase_ == Phase::kOffered;
 }
 
 void AgentState::FillHeartbeat(v1::WorkerHeartbeatRequest* r) const {
@@ -55,7 +56,15 @@ bool AgentState::OnAnswer(const v1::WorkerAssignment& a) {
     phase_ = Phase::kLeaving;  // cancelled or failed elsewhere
     wake = true;
   }
-  if (a.job_state() != v1::RUNNING) return wake;
+  if (a.job_state() != v1::RUNNING) {
+    // Not a member (idle, or offered a place): the job it waits for ended.
+    if (!training && phase_ != Phase::kLeaving && !a.job_id().empty() &&
+        a.job_id() != finished_job_ && !ended_.has_value()) {
+      ended_ = a;
+      wake = true;
+    }
+    return wake;
+  }
   const bool current =
       (training || phase_ == Phase::kLeaving) && a.job_id() == job_.job_id();
   if (!current && a.job_id() != finished_job_) {
@@ -82,6 +91,16 @@ std::optional<AgentState::Work> AgentState::Take() {
     next_generation_.reset();
     prepare_error_.clear();
     return Work{Work::Kind::kTrain, job_};
+  }
+  if (ended_.has_value()) {
+    Work work{Work::Kind::kEnded, std::move(*ended_)};
+    ended_.reset();
+    finished_job_ = work.assignment.job_id();  // told once
+    if (phase_ != Phase::kTraining) {
+      phase_ = Phase::kIdle;
+      job_.Clear();
+    }
+    return work;
   }
   if (phase_ == Phase::kOffered) {
     phase_ = Phase::kPreparing;

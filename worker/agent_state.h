@@ -34,7 +34,10 @@ class AgentState {
   };
   // Work for the training loop.
   struct Work {
-    enum class Kind { kPrepare, kTrain };
+    // kEnded: the job this worker waited for (not a member yet) ended
+    // without it; the assignment holds the job and its final state. A
+    // worker registered for that one job has nothing more to wait for.
+    enum class Kind { kPrepare, kTrain, kEnded };
     Kind kind;
     v1::WorkerAssignment assignment;
   };
@@ -61,7 +64,8 @@ class AgentState {
   void OnForgotten();
 
   // The training loop takes the next work: a queued assignment first, then
-  // an offer to prepare.
+  // a job that ended while this worker waited for it, then an offer to
+  // prepare.
   std::optional<Work> Take();
   // The offer's data loaded (or failed to) at `now`.
   void Prepared(const std::string& job_id, const absl::Status& status,
@@ -82,6 +86,8 @@ class AgentState {
   absl::Time fast_poll_until_ = absl::InfinitePast();  // kPrepared
   // An assignment waiting for the training loop.
   std::optional<v1::WorkerAssignment> assigned_;
+  // A job that ended while this worker waited to be taken in.
+  std::optional<v1::WorkerAssignment> ended_;
   // kTraining: a newer generation of the job, for the trainer to re-join.
   std::optional<v1::WorkerAssignment> next_generation_;
   std::string finished_job_;  // the last job this worker ended its part in

@@ -70,6 +70,30 @@ TEST(AgentStateTest, CancelledFailedElsewhereOrForgottenMeansLeaving) {
   }
 }
 
+TEST(AgentStateTest, AJobThatEndedBeforeTakingTheWorkerInIsToldOnce) {
+  for (bool offered : {false, true}) {
+    AgentState s;
+    if (offered) {
+      s.OnAnswer(Offer("job-1"));
+      s.Take();
+      s.Prepared("job-1", absl::OkStatus(), absl::FromUnixSeconds(1));
+    }
+    v1::WorkerAssignment ended;
+    ended.set_job_id("job-1");
+    ended.set_job_state(v1::FAILED);
+    ended.set_job_message("worker w-1: nan");
+    EXPECT_TRUE(s.OnAnswer(ended));
+    ASSERT_TRUE(s.has_work());
+    auto work = s.Take();
+    ASSERT_TRUE(work.has_value());
+    EXPECT_EQ(work->kind, Kind::kEnded);
+    EXPECT_EQ(work->assignment.job_message(), "worker w-1: nan");
+    EXPECT_EQ(s.phase(), Phase::kIdle);
+    EXPECT_FALSE(s.OnAnswer(ended)) << "told once";
+    EXPECT_FALSE(s.has_work());
+  }
+}
+
 TEST(AgentStateTest, AnOfferIsPreparedReportedThenTakenInByItsGeneration) {
   AgentState s;
   const absl::Time now = absl::FromUnixSeconds(100);

@@ -44,6 +44,12 @@ int WorkerAgent::Run() {
         link_.WaitForWork(absl::InfiniteFuture());
     if (!work.has_value()) break;  // shutdown
     const v1::WorkerAssignment& a = work->assignment;
+    if (work->kind == AgentState::Work::Kind::kEnded) {
+      std::cerr << "fulcrum-worker: " << a.job_id() << " ended ("
+                << v1::JobState_Name(a.job_state()) << ") before taking "
+                << "this worker in\n";
+      continue;
+    }
     if (work->kind == AgentState::Work::Kind::kPrepare) {
       std::cerr << "fulcrum-worker: preparing to join " << a.job_id() << "\n";
       const absl::Status prepared = trainer.Prepare(a.spec());

@@ -139,6 +139,12 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
         return absl::NotFoundError(
             absl::StrCat("job_id '", request.job_id(), "' not found"));
       }
+      if (job->phase == JobPhase::kEnded) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job_id '", request.job_id(), "' already ended (",
+            v1::JobState_Name(job->status.state()), "): ",
+            job->status.message()));
+      }
     }
     bool persist = false;
     WorkerMember& w =
@@ -197,7 +203,18 @@ void Coordinator::TakePrepared(WorkerMember& w,
 v1::WorkerHeartbeatResponse Coordinator::AssignmentOf(
     WorkerMember& w, const std::string& reported_job) {
   v1::WorkerHeartbeatResponse response;
-  if (w.job_id.empty()) return response;
+  if (w.job_id.empty()) {
+    // Registered for one job that ended without it: told so, it stops
+    // waiting (the C API's join fails instead of timing out).
+    const Job* pinned = FindJob(w.pinned_job);
+    if (pinned != nullptr && pinned->phase == JobPhase::kEnded) {
+      v1::WorkerAssignment* a = response.mutable_assignment();
+      a->set_job_id(w.pinned_job);
+      a->set_job_state(pinned->status.state());
+      a->set_job_message(pinned->status.message());
+    }
+    return response;
+  }
   const Job* job = FindJob(w.job_id);
   if (job == nullptr ||
       (job->phase == JobPhase::kEnded && reported_job != w.job_id)) {
@@ -355,6 +372,20 @@ absl::Status Coordinator::Leave(const std::string& member_id) {
   return absl::OkStatus();
 }
 
+// Workers other than `except` that are joining `job` or could: offered a
+// place, or idle, fitting and not having declined it.
+bool Coordinator::Joinable(const Job& job, const std::string& except) const {
+  for (const auto& [id, w] : members_.workers()) {
+    if (id == except || w.declined.count(job.id())) continue;
+    if (w.preparing && w.job_id == job.id()) return true;
+  }
+  for (const std::string& id : members_.IdleWorkers(job.id(), job.external())) {
+    if (id != except && !members_.FindWorker(id)->declined.count(job.id()))
+      return true;
+  }
+  return false;
+}
+
 // The report ends the worker's part; rank 0's done ends the job.
 void Coordinator::EndByReport(Job& job, WorkerMember& w,
                               const v1::ReportProgressRequest& request,
@@ -367,9 +398,14 @@ void Coordinator::EndByReport(Job& job, WorkerMember& w,
     std::cerr << "fulcrum-coordinator: worker " << w.id << " failed "
               << job.id() << ": " << request.error() << "\n";
     if (job.running()) DropMember(job, w.id, "failed");
-    if (job.members.empty()) {
-      Finish(job, v1::FAILED, absl::StrCat("worker ", w.id, ": ",
-                                            request.error()), e);
+    w.declined.insert(job.id());  // not offered this job again
+    const std::string why =
+        absl::StrCat("worker ", w.id, ": ", request.error());
+    if (job.members.empty() && !Joinable(job, w.id)) {
+      Finish(job, v1::FAILED, why, e);
+    } else if (job.members.empty() && job.running()) {
+      job.status.set_message(absl::StrCat(
+          "waiting for workers: the last member failed (", why, ")"));
     }
   } else if (request.done() && rank0) {
     const v1::Progress& p = request.progress();

@@ -185,6 +185,10 @@ class Coordinator {
   void EndByReport(Job& job, WorkerMember& w,
                    const v1::ReportProgressRequest& request, Effects* e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker other than `except` joins `job` or may (offered, or idle and
+  // fitting): a failed last member leaves the job to it.
+  bool Joinable(const Job& job, const std::string& except) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Durable state: queues a job's current state (and a snapshot when due).
   // Returns the journal ticket (0: no journal).

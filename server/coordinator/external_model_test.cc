@@ -124,6 +124,74 @@ TEST_F(ExternalModelTest, TheFirstDeclarationIsTheModelAndLaterOnesMustMatch) {
   EXPECT_TRUE(Declare(w2, job, {Tensor("w", {4, 2}), Tensor("b", {2})}).ok());
 }
 
+// The last member failing (a NaN gradient) fails the job only when nobody
+// else waits to train it; a worker registered for it takes over.
+TEST_F(ExternalModelTest, ALastMemberThatFailsLeavesTheJobToTheNextWorker) {
+  const std::string job = SubmitExternal();
+  const std::string w1 = Register(job);
+  v1::RegisterShardRequest shard;
+  shard.set_address("127.0.0.1:1");
+  ASSERT_TRUE(coordinator_.RegisterShard(shard).ok());
+  ASSERT_TRUE(Declare(w1, job, {Tensor("w", {2})}).ok());
+  coordinator_.Tick();
+  env_.Advance(absl::Seconds(2));
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(job)->state(), v1::RUNNING);
+  const std::string w2 = Register(job);
+  v1::ReportProgressRequest failed;
+  failed.set_job_id(job);
+  failed.set_worker_id(w1);
+  failed.set_error("push.data element 0 is not finite (nan)");
+  ASSERT_TRUE(coordinator_.ReportProgress(failed).ok());
+  v1::JobStatus status = *coordinator_.GetJob(job);
+  EXPECT_EQ(status.state(), v1::RUNNING) << status.message();
+  EXPECT_NE(status.message().find("the last member failed"), std::string::npos)
+      << status.message();
+  coordinator_.Tick();
+  EXPECT_TRUE(Beat(w2).prepare()) << "w2 is offered the place";
+  EXPECT_FALSE(Beat(w1).prepare()) << "not the worker that failed";
+  v1::WorkerHeartbeatRequest prepared;
+  prepared.set_worker_id(w2);
+  prepared.set_prepared_job(job);
+  ASSERT_TRUE(coordinator_.WorkerHeartbeat(prepared).ok());
+  coordinator_.Tick();
+  status = *coordinator_.GetJob(job);
+  EXPECT_EQ(status.generation(), 2);
+  ASSERT_EQ(status.workers_size(), 1);
+  EXPECT_EQ(status.workers(0), w2);
+  // w2 fails too, and nobody is left to take the job: it fails.
+  failed.set_worker_id(w2);
+  ASSERT_TRUE(coordinator_.ReportProgress(failed).ok());
+  status = *coordinator_.GetJob(job);
+  EXPECT_EQ(status.state(), v1::FAILED);
+  EXPECT_NE(status.message().find("is not finite"), std::string::npos)
+      << status.message();
+}
+
+// A worker registered for a job learns that the job ended: at once when it
+// registers late, by its heartbeat when the job ends while it waits.
+TEST_F(ExternalModelTest, AWorkerWaitingForAnEndedJobIsToldWhy) {
+  const std::string job = SubmitExternal();
+  const std::string w1 = Register(job);
+  EXPECT_EQ(Beat(w1).job_id(), "") << "pending: nothing to say yet";
+  ASSERT_TRUE(coordinator_.CancelJob(job).ok());
+  v1::WorkerAssignment a = Beat(w1);
+  EXPECT_EQ(a.job_id(), job);
+  EXPECT_EQ(a.job_state(), v1::CANCELLED);
+  EXPECT_EQ(a.job_message(), "cancelled by user");
+  EXPECT_EQ(a.generation(), 0) << "no place in it";
+  const size_t members = coordinator_.ListMembers().size();
+  v1::RegisterWorkerRequest late;
+  late.set_job_id(job);
+  absl::StatusOr<v1::RegisterWorkerResponse> r =
+      coordinator_.RegisterWorker(late);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("already ended (CANCELLED)"),
+            std::string::npos)
+      << r.status();
+  EXPECT_EQ(coordinator_.ListMembers().size(), members) << "nobody added";
+}
+
 TEST_F(ExternalModelTest, RegisteringForAnUnknownJobIsRefused) {
   v1::RegisterWorkerRequest r;
   r.set_job_id("job-404");

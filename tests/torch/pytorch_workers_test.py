@@ -282,7 +282,9 @@ class PyTorchWorkersTest(unittest.TestCase):
         self.assertEqual(self.cluster.status(job_id)["state"], "SUCCEEDED")
 
     def test_a_nan_gradient_fails_its_worker_and_changes_nothing(self):
-        job_id = self.cluster.submit(job("nan", epochs=4, workers=(1, 2),
+        # min 2: both are members before the NaN (with min 1 the job failed
+        # when the healthy worker was slower to start than 5 steps).
+        job_id = self.cluster.submit(job("nan", epochs=4, workers=(2, 2),
                                          sharding="chunks"))
         self.train(job_id, 1, "--nan_after", "5", out=False)
         self.cluster.worker("healthy", "train_worker.py", "--job", job_id)
@@ -292,6 +294,11 @@ class PyTorchWorkersTest(unittest.TestCase):
         self.finish(["healthy"])
         status = self.cluster.wait_state(job_id, ["SUCCEEDED"], 60)
         self.assertIn("failed", [e.get("kind") for e in status["events"]])
+        # A worker started for the ended job is refused at once, saying why.
+        late = self.cluster.worker("late", "train_worker.py", "--job", job_id)
+        late.wait(timeout=60)
+        self.assertNotEqual(late.returncode, 0)
+        self.assertIn("already ended (SUCCEEDED)", self.cluster.log("late"))
 
 
 class CallsAfterFinishTest(unittest.TestCase):

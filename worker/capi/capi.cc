@@ -100,6 +100,14 @@ absl::StatusOr<fulcrum::Assignment> AwaitAssignment(fulcrum_worker* w,
       return absl::DeadlineExceededError(
           "the job did not take this worker in before the timeout");
     }
+    if (work->kind == fulcrum::AgentState::Work::Kind::kEnded) {
+      const fulcrum::v1::WorkerAssignment& a = work->assignment;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", a.job_id(), " ended (",
+          fulcrum::v1::JobState_Name(a.job_state()),
+          ") before taking this worker in",
+          a.job_message().empty() ? "" : ": ", a.job_message()));
+    }
     if (work->kind == fulcrum::AgentState::Work::Kind::kPrepare) {
       w->link->Prepared(work->assignment.job_id(), absl::OkStatus());
       continue;
