@@ -212,8 +212,10 @@ class PyTorchWorkersTest(unittest.TestCase):
                                          optimizer=optimizer))
         extra = ("--model", "mlp") + extra
         self.train(job_id, 2, "--step_delay", "0.03", *extra, out=False)
-        self.cluster._wait(lambda: int(self.cluster.status(job_id).get(
-            "progress", {}).get("step", 0)) >= 20, 60, "step 20")
+        # Both members (a slow start joins a later generation), then step 20.
+        self.cluster._wait(lambda: (lambda s: len(s.get("workers", [])) == 2 and int(
+            s.get("progress", {}).get("step", 0)) >= 20)(self.cluster.status(job_id)),
+                           90, "both workers in and step 20")
         self.check_metrics("w0", job_id)
         self.cluster.kill("w1")  # SIGKILL mid-epoch
         self.cluster.worker("w2", "train_worker.py", "--job", job_id,
