@@ -5,6 +5,8 @@
 // ledger shows every sample of every epoch trained exactly once.
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -146,6 +148,65 @@ TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
       },
       absl::Seconds(5), "training to continue");
   ExpectFinishedExactlyOnce(c, job, 3);
+}
+
+// A worker paused past its lease (SIGSTOP: a stop signal, a long stall) is
+// dropped; resumed, it registers again under a new id and trains under that
+// id everywhere - the running job again, then the next one.
+TEST_F(FaultTest, AWorkerPausedPastItsLeaseTrainsOnUnderItsNewId) {
+  ProcessCluster c("pause_worker",
+                   {.shards = 1,
+                    .workers = 2,
+                    .worker_flags = {"--inject_step_delay_ms=20"},
+                    .worker_max_jobs = 0,
+                    .coordinator_flags = {"--lease_ms=1500"}});
+  ASSERT_FALSE(c.address().empty()) << c.Logs();
+  const std::string first = Submit(
+      c, Job("paused", "epochs: 2\nworkers: {min: 2, max: 2}\n"));
+  v1::JobStatus s = WaitFor(
+      c, first,
+      [](const v1::JobStatus& s) {
+        return s.state() == v1::RUNNING && s.progress().step() >= 10;
+      },
+      absl::Seconds(60), "step 10");
+  const std::vector<std::string> before(s.workers().begin(),
+                                        s.workers().end());
+  c.Signal("worker-1", SIGSTOP);
+  WaitFor(
+      c, first, [](const v1::JobStatus& s) { return Count(s, "lost") >= 1; },
+      absl::Seconds(20), "the paused worker to be lost");
+  c.Signal("worker-1", SIGCONT);
+  // It comes back as a third id and is taken into the running job.
+  s = WaitFor(
+      c, first,
+      [&](const v1::JobStatus& s) {
+        if (Ended(s)) return true;
+        if (s.workers_size() != 2) return false;
+        for (const std::string& w : s.workers()) {
+          if (std::find(before.begin(), before.end(), w) == before.end())
+            return true;
+        }
+        return false;
+      },
+      absl::Seconds(60), "the resumed worker to join under a new id");
+  ASSERT_EQ(s.state(), v1::RUNNING) << s.message() << c.Logs();
+  const int64_t at = s.progress().step();
+  s = WaitFor(
+      c, first,
+      [at](const v1::JobStatus& s) {
+        return Ended(s) || s.progress().step() >= at + 20;
+      },
+      absl::Seconds(30), "both to train on");
+  ExpectFinishedExactlyOnce(c, first, 2);
+  // The next job needs both (min 2): the resumed worker trains it too.
+  const std::string second = Submit(
+      c, Job("after-pause", "epochs: 1\nworkers: {min: 2, max: 2}\n"));
+  s = WaitFor(
+      c, second, [](const v1::JobStatus& s) { return Ended(s); },
+      absl::Minutes(2), "the next job to end");
+  EXPECT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
+  EXPECT_EQ(s.workers_size(), 2);
+  EXPECT_EQ(Count(s, "failed"), 0) << s.DebugString();
 }
 
 TEST_F(FaultTest, RestartedCoordinatorKeepsRunningJobs) {

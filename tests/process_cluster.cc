@@ -66,6 +66,10 @@ void ProcessCluster::Kill(const std::string& process) {
   p->Wait(absl::Seconds(10));
 }
 
+void ProcessCluster::Signal(const std::string& process, int signo) {
+  if (Process* p = Find(process)) kill(p->pid(), signo);
+}
+
 void ProcessCluster::Stop(const std::string& process) {
   Process* p = Find(process);
   if (p != nullptr) p->Stop(absl::Seconds(10));

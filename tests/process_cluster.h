@@ -55,6 +55,8 @@ class ProcessCluster {
   // restarted process comes back at the same address.
   std::string AddWorker(const std::vector<std::string>& flags = {});
   void Kill(const std::string& process);  // SIGKILL and reap
+  // Sends `signo` (e.g. SIGSTOP, SIGCONT) and returns at once.
+  void Signal(const std::string& process, int signo);
   void Stop(const std::string& process);  // SIGTERM (a graceful leave), reap
   // Starts the process again with the same arguments (log: NAME.N.log).
   void Restart(const std::string& process);

@@ -80,6 +80,7 @@ bool AgentState::OnAnswer(const v1::WorkerAssignment& a) {
 
 void AgentState::OnForgotten() {
   if (phase_ == Phase::kTraining) phase_ = Phase::kLeaving;
+  forgotten_ = true;
 }
 
 std::optional<AgentState::Work> AgentState::Take() {
@@ -129,7 +130,10 @@ std::optional<v1::WorkerAssignment> AgentState::TakeNextGeneration(
 }
 
 void AgentState::Finished() {
-  finished_job_ = job_.job_id();
+  // Forgotten meanwhile, the worker registers again as a new member, which
+  // has ended no part in the job: it may be offered a place in it.
+  finished_job_ = forgotten_ ? "" : job_.job_id();
+  forgotten_ = false;
   phase_ = Phase::kIdle;
   job_.Clear();
   generation_ = 0;

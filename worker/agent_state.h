@@ -60,7 +60,8 @@ class AgentState {
   // new (work, a new generation, a cancellation).
   bool OnAnswer(const v1::WorkerAssignment& a);
   // The coordinator forgot the worker (its lease expired): a job being
-  // trained is gone.
+  // trained is gone; the worker registers again under a new id, which may
+  // join that job again.
   void OnForgotten();
 
   // The training loop takes the next work: a queued assignment first, then
@@ -91,6 +92,7 @@ class AgentState {
   // kTraining: a newer generation of the job, for the trainer to re-join.
   std::optional<v1::WorkerAssignment> next_generation_;
   std::string finished_job_;  // the last job this worker ended its part in
+  bool forgotten_ = false;    // the coordinator dropped it while training
 };
 
 }  // namespace fulcrum

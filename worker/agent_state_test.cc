@@ -70,6 +70,22 @@ TEST(AgentStateTest, CancelledFailedElsewhereOrForgottenMeansLeaving) {
   }
 }
 
+// A worker forgotten mid-job (its lease expired) registers as a new member:
+// the job may take it in again, where a finished part is never re-offered.
+TEST(AgentStateTest, AForgottenWorkerMayJoinItsJobAgain) {
+  for (bool forgotten : {false, true}) {
+    AgentState s;
+    s.OnAnswer(Running("job-1", 1));
+    s.Take();
+    if (forgotten) s.OnForgotten();
+    s.Finished();
+    EXPECT_TRUE(s.OnAnswer(Offer("job-1"))) << forgotten;
+    EXPECT_EQ(s.phase(),
+              forgotten ? Phase::kOffered : Phase::kPrepared)
+        << "finished: declined";
+  }
+}
+
 TEST(AgentStateTest, AJobThatEndedBeforeTakingTheWorkerInIsToldOnce) {
   for (bool offered : {false, true}) {
     AgentState s;

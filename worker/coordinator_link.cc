@@ -167,6 +167,19 @@ absl::StatusOr<v1::LeaseChunkResponse> CoordinatorLink::LeaseChunk(
   SetTimeout(&context, std::chrono::seconds(5));
   v1::LeaseChunkResponse response;
   grpc::Status s = stub_->LeaseChunk(&context, request, &response);
+  if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+    // The job may have ended (another worker reached the target in an
+    // ssp/async job) before this worker's heartbeat said so: ask now, so
+    // that the caller sees Leaving() rather than a failure.
+    absl::MutexLock lock(&mu_);
+    poke_ = true;
+    changed_.SignalAll();
+    const absl::Time deadline = absl::Now() + absl::Seconds(2);
+    while (!state_.leaving() && !shutdown_.HasBeenNotified() &&
+           absl::Now() < deadline) {
+      changed_.WaitWithDeadline(&mu_, deadline);
+    }
+  }
   if (!s.ok()) return FromGrpcStatus(s);
   return response;
 }

@@ -57,8 +57,10 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& assignment,
   auto load_test = [this, dataset = spec.dataset(), classes = sizes.back()] {
     return Load(dataset, false, classes);
   };
+  Options options = options_;
+  options.worker_id = worker_id_;
   ASSIGN_OR_RETURN(std::unique_ptr<TrainingRun> run,
-                   TrainingRun::Create(backend_, channels_, link, options_,
+                   TrainingRun::Create(backend_, channels_, link, options,
                                        assignment, std::move(layout), train,
                                        load_test));
   return run->Run();

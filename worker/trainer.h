@@ -70,6 +70,11 @@ class Trainer {
   // data.
   absl::Status Prepare(const v1::JobSpec& spec);
 
+  // The member id later Runs use (Options::worker_id at first): a worker
+  // whose lease expired registers again under a new id, and its next job
+  // must be trained under that one, data plane included.
+  void set_worker_id(std::string id) { worker_id_ = std::move(id); }
+
  private:
   absl::StatusOr<const LabeledImages*> Load(const v1::DatasetSpec& d,
                                             bool train, int classes);
@@ -79,6 +84,7 @@ class Trainer {
   Backend* const backend_;          // Not owned.
   ChannelFactory* const channels_;  // Not owned.
   const Options options_;
+  std::string worker_id_ = options_.worker_id;
   std::map<std::string, std::unique_ptr<LabeledImages>>
       cache_;  // by dir/split/limit
 };

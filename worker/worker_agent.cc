@@ -12,6 +12,7 @@ WorkerAgent::WorkerAgent(Options options, Backend* backend)
 void WorkerAgent::Train(Trainer& trainer, const v1::WorkerAssignment& a) {
   std::cerr << "fulcrum-worker: training " << a.job_id() << " as rank "
             << a.rank() << " of " << a.world_size() << "\n";
+  trainer.set_worker_id(link_.worker_id());  // new after a re-registration
   absl::StatusOr<TrainResult> result = trainer.Run(FromProto(a), &link_);
   if (result.ok()) {
     std::cerr << "fulcrum-worker: " << a.job_id() << " done at step "

@@ -164,6 +164,7 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"beta1", Scalar<double>("a number", [o](double v) { o->set_beta1(v); })},
       {"beta2", Scalar<double>("a number", [o](double v) { o->set_beta2(v); })},
       {"eps", Scalar<double>("a number", [o](double v) { o->set_eps(v); })},
+      {"on_nonfinite", Str(o->mutable_on_nonfinite())},
       {"schedule",
        [o](const YAML::Node& n, const std::string& f) {
          auto* sc = o->mutable_schedule();
@@ -298,6 +299,12 @@ absl::Status ValidateSchedule(const v1::OptimizerSpec& o) {
 
 absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
   const std::string& t = o.type();
+  if (!o.on_nonfinite().empty() && o.on_nonfinite() != "drop_worker" &&
+      o.on_nonfinite() != "fail_job") {
+    return Bad("optimizer.on_nonfinite",
+               absl::StrCat("must be one of [drop_worker, fail_job], got ",
+                            Quote(o.on_nonfinite())));
+  }
   const bool adam = t == "adam" || t == "adamw";
   if (t != "sgd" && t != "momentum" && t != "nesterov" && !adam &&
       t != "average") {
@@ -478,6 +485,8 @@ void ApplyDefaults(JobSpec* spec) {
     spec->mutable_dataset()->set_sharding("chunks");
   if (spec->optimizer().type().empty())
     spec->mutable_optimizer()->set_type("momentum");
+  if (spec->optimizer().on_nonfinite().empty())
+    spec->mutable_optimizer()->set_on_nonfinite("drop_worker");
   if (spec->optimizer().schedule().type().empty())
     spec->mutable_optimizer()->mutable_schedule()->set_type("constant");
   if (spec->consistency().mode().empty())
@@ -523,6 +532,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
            {"dataset.sharding", &spec.dataset().sharding()},
            {"optimizer.type", &spec.optimizer().type()},
            {"optimizer.schedule.type", &spec.optimizer().schedule().type()},
+           {"optimizer.on_nonfinite", &spec.optimizer().on_nonfinite()},
            {"consistency.mode", &spec.consistency().mode()},
            {"checkpoint.dir", &spec.checkpoint().dir()}}) {
     if (value->size() > kMaxStringBytes) {

@@ -117,6 +117,9 @@ TEST(JobSpecTest, ErrorsNameTheField) {
        "optimizer.beta2 must be in [0, 1), got 1"},
       {"optimizer: {type: adam, lr: 0.1, eps: 0}",
        "optimizer.eps must be > 0, got 0"},
+      {"optimizer: {type: sgd, lr: 0.1, on_nonfinite: ignore}",
+       "optimizer.on_nonfinite must be one of [drop_worker, fail_job], got "
+       "'ignore'"},
       {"optimizer: {type: momentum, lr: 0.1, beta1: 0.9}",
        "beta1/beta2/eps apply to adam and adamw only"},
       {"optimizer: {type: sgd, lr: 0.1, schedule: {type: linear}}",

@@ -3,6 +3,8 @@
 // under the lock, and runs its effects (EndJob calls, the journal's sync)
 // after it.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +83,26 @@ std::vector<v1::Member> Coordinator::ListMembers() const {
   return members_.List(options_.env->Now());
 }
 
+namespace {
+
+// An export never writes a model with a NaN or infinite value (the shards
+// refuse such updates; this is the last line).
+absl::Status CheckFiniteParams(const v1::Params& p) {
+  const std::string& data = p.data();
+  for (size_t i = 0; i + 4 <= data.size(); i += 4) {
+    float v;
+    std::memcpy(&v, data.data() + i, 4);
+    if (!std::isfinite(v)) {
+      return absl::DataLossError(absl::StrCat(
+          "partition ", p.partition(), " element ", p.offset() + i / 4,
+          " is not finite (", v, "): the model is not exported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Coordinator::ExportJob(
     const std::string& job_id,
     const std::function<bool(const v1::ExportChunk&)>& sink) {
@@ -113,11 +135,15 @@ absl::Status Coordinator::ExportJob(
   request.set_job_id(job_id);
   for (int shard = 0; shard < static_cast<int>(addresses.size()); ++shard) {
     chunk.set_shard(shard);
+    absl::Status bad;
     absl::Status s = shards_->Pull(addresses[shard], request,
                                    [&](const v1::Params& p) {
+                                     bad = CheckFiniteParams(p);
+                                     if (!bad.ok()) return false;
                                      *chunk.mutable_params() = p;
                                      return sink(chunk);
                                    });
+    if (!bad.ok()) return bad;
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("shard ", shard, " (",
                                                  addresses[shard],
@@ -301,14 +327,34 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
   return response;
 }
 
+void Coordinator::TakeNonFinite(Job& job, const std::string& shard_id,
+                                const v1::NonFiniteUpdates& n, Effects* e) {
+  int64_t& seen = job.nonfinite_seen[shard_id];
+  if (n.count() <= seen) return;
+  seen = n.count();
+  if (!job.running()) return;
+  const std::string what = absl::StrCat(
+      "step ", n.step(), ": the update of partition ", n.partition(),
+      " would have made values non-finite and was not applied (largest "
+      "gradient element ", n.largest(), " from ", n.worker_id(), ")");
+  std::cerr << "fulcrum-coordinator: job " << job.id() << " " << what << "\n";
+  AddEvent(job, "nonfinite", n.worker_id(), n.step());
+  if (job.spec().optimizer().on_nonfinite() == "fail_job") {
+    Finish(job, v1::FAILED,
+           absl::StrCat(what, " (optimizer.on_nonfinite: fail_job)"), e);
+  }
+}
+
 void Coordinator::TakeShardStats(const std::string& shard_id,
-                                 const v1::ShardJobStats& stats) {
+                                 const v1::ShardJobStats& stats, Effects* e) {
   Job* job = FindJob(stats.job_id());
   if (job == nullptr) return;
   const auto& shards = job->status.shards();
   const int index = static_cast<int>(
       std::find(shards.begin(), shards.end(), shard_id) - shards.begin());
   if (index < shards.size()) {
+    if (stats.has_nonfinite())
+      TakeNonFinite(*job, shard_id, stats.nonfinite(), e);
     job->checkpoint_steps[index].assign(stats.checkpoint_steps().begin(),
                                         stats.checkpoint_steps().end());
     if (job->external() && stats.generation() == job->status.generation()) {
@@ -329,6 +375,14 @@ void Coordinator::TakeShardStats(const std::string& shard_id,
 
 absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
     const v1::ShardHeartbeatRequest& request) {
+  Effects e;
+  absl::StatusOr<v1::ShardHeartbeatResponse> response = ShardBeat(request, &e);
+  Apply(e);
+  return response;
+}
+
+absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardBeat(
+    const v1::ShardHeartbeatRequest& request, Effects* e) {
   absl::MutexLock lock(&mu_);
   ShardMember* s = members_.FindShard(request.shard_id());
   if (s == nullptr && members_.Adoptable(request.shard_id(), "s-") &&
@@ -344,7 +398,7 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardHeartbeat(
   }
   s->last_heartbeat = options_.env->Now();
   for (const v1::ShardJobStats& stats : request.jobs())
-    TakeShardStats(s->id, stats);
+    TakeShardStats(s->id, stats, e);
   v1::ShardHeartbeatResponse response;
   for (const auto& [id, job] : jobs_) {
     const auto& shards = job->status.shards();

@@ -180,13 +180,20 @@ class Coordinator {
                                            const std::string& reported_job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeShardStats(const std::string& shard_id,
-                      const v1::ShardJobStats& stats)
+                      const v1::ShardJobStats& stats, Effects* e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndByReport(Job& job, WorkerMember& w,
                    const v1::ReportProgressRequest& request, Effects* e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker other than `except` joins `job` or may (offered, or idle and
   // fitting): a failed last member leaves the job to it.
+  // A shard refused an update that would have made values non-finite: an
+  // event naming the worker, and the job fails if its spec says so.
+  absl::StatusOr<v1::ShardHeartbeatResponse> ShardBeat(
+      const v1::ShardHeartbeatRequest& request, Effects* e);
+  void TakeNonFinite(Job& job, const std::string& shard_id,
+                     const v1::NonFiniteUpdates& n, Effects* e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Joinable(const Job& job, const std::string& except) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

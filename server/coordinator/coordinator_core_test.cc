@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/concurrency/executor.h"
 #include "common/config/job_spec.h"
@@ -490,6 +491,58 @@ TEST_F(CoordinatorTest, ReportsStallsOfRunningJobs) {
   stats->clear_stalls();  // the next report has none: the stall is over
   ASSERT_TRUE(coordinator_.ShardHeartbeat(r).ok());
   EXPECT_EQ(coordinator_.GetJob(*id)->stalls_size(), 0);
+}
+
+// A shard's report of a refused non-finite update: one event naming the
+// worker (however often the report repeats); the job fails only when its
+// spec says fail_job.
+TEST_F(CoordinatorTest, ANonFiniteUpdateIsAnEventAndFailsTheJobIfAsked) {
+  int port = 1;
+  for (const std::string policy : {"drop_worker", "fail_job"}) {
+    v1::JobSpec spec = Spec(1, 1, 1);
+    spec.mutable_optimizer()->set_on_nonfinite(policy);
+    auto id = coordinator_.SubmitJob(spec);
+    ASSERT_TRUE(id.ok()) << id.status();
+    const std::string w = AddWorker();
+    AddShard(absl::StrCat("127.0.0.1:", port++));
+    coordinator_.Tick();
+    env_.Advance(absl::Seconds(2));
+    coordinator_.Tick();
+    v1::JobStatus status = *coordinator_.GetJob(*id);
+    ASSERT_EQ(status.state(), v1::RUNNING) << policy;
+    v1::ShardHeartbeatRequest beat;
+    beat.set_shard_id(status.shards(0));
+    v1::ShardJobStats* stats = beat.add_jobs();
+    stats->set_job_id(*id);
+    stats->set_generation(1);
+    v1::NonFiniteUpdates* n = stats->mutable_nonfinite();
+    n->set_count(1);
+    n->set_step(7);
+    n->set_partition(2);
+    n->set_worker_id(w);
+    n->set_largest(1e37f);
+    ASSERT_TRUE(coordinator_.ShardHeartbeat(beat).ok());
+    ASSERT_TRUE(coordinator_.ShardHeartbeat(beat).ok());  // the same again
+    status = *coordinator_.GetJob(*id);
+    int events = 0;
+    for (const v1::MembershipEvent& e : status.events()) {
+      if (e.kind() != "nonfinite") continue;
+      ++events;
+      EXPECT_EQ(e.member_id(), w);
+      EXPECT_EQ(e.step(), 7);
+    }
+    EXPECT_EQ(events, 1) << policy;
+    if (policy == "fail_job") {
+      EXPECT_EQ(status.state(), v1::FAILED);
+      EXPECT_NE(status.message().find("step 7: the update of partition 2 "
+                                      "would have made values non-finite"),
+                std::string::npos)
+          << status.message();
+      EXPECT_NE(status.message().find(w), std::string::npos);
+    } else {
+      EXPECT_EQ(status.state(), v1::RUNNING) << status.message();
+    }
+  }
 }
 
 TEST_F(CoordinatorTest, CancelAndUnknownJobs) {

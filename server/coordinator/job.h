@@ -71,6 +71,9 @@ struct Job {
   std::unique_ptr<ChunkTable> chunks;  // dataset.sharding "chunks"
   LedgerMap ledger;                    // latest from the shards
   std::map<std::string, v1::StalenessSummary> staleness;  // by shard id
+  // Refused non-finite updates each shard reported (count), so that each
+  // is taken once.
+  std::map<std::string, int64_t> nonfinite_seen;  // by shard id
   std::map<std::string, int64_t> samples;  // trained so far, by worker id
   // Stalled sync steps in each shard's latest report, by shard id.
   std::map<std::string, std::vector<v1::Stall>> stalls;

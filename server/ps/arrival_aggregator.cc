@@ -16,6 +16,8 @@ class ArrivalAggregator : public Aggregator {
   void Init(PartitionState& p, int members) const override
       ABSL_NO_THREAD_SAFETY_ANALYSIS {
     p.arrivals.member_step.assign(members, 0);
+    p.arrivals.next_params.assign(p.meta.size, 0.0f);
+    p.arrivals.next_state.assign(p.state.size(), 0.0f);
     ResetStep(p, members);
   }
 
@@ -32,7 +34,7 @@ class ArrivalAggregator : public Aggregator {
     }
     const int64_t chunk = c.samples == 0 ? 0 : c.offset / ctx_.chunk_elems;
     ASSIGN_OR_RETURN(const PushTracker::Arrival arrival,
-                     p.tracker.Record(member, chunk, c.samples));
+                     p.tracker.Record(member, chunk, c.samples, c.largest));
     if (arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
     float* staged = a.staging.data() + member * p.meta.size;
     if (c.samples > 0) std::memcpy(staged + c.offset, c.data, c.bytes);
@@ -43,10 +45,18 @@ class ArrivalAggregator : public Aggregator {
       const float scale = static_cast<float>(c.samples) /
                           static_cast<float>(ctx_.batch_size *
                                              ctx_.clocks->ActiveMembers());
-      ApplyUpdate(ctx_.optimizer, c.step, p.updates++, staged,
-                  p.params.data(), p.state.data(), p.meta.size, scale);
+      // Out of place, so that an update that would make a value
+      // non-finite is dropped whole (the buffers swap when it is not).
       // Buffers: the latest member's statistics (no average on arrival).
-      SetBuffers(p.buffers, staged, 1.0f, p.params.data());
+      const bool finite =
+          ApplyUpdate(ctx_.optimizer, c.step, p.updates, staged,
+                      p.params.data(), p.state.data(), a.next_params.data(),
+                      a.next_state.data(), p.meta.size, scale) &
+          SetBuffers(p.buffers, staged, 1.0f, a.next_params.data());
+      if (!finite) return Refuse(p, member, c);
+      ++p.updates;
+      p.params.swap(a.next_params);
+      p.state.swap(a.next_state);
       ++p.version;
       if (p.tracks_ledger) p.ledger.Add(c.range);
     }
@@ -80,6 +90,23 @@ class ArrivalAggregator : public Aggregator {
   }
 
  private:
+  // The member's gradient would make a value non-finite: not applied, its
+  // step dropped (it may not push it again), the push refused.
+  absl::Status Refuse(PartitionState& p, int member, const PushChunk& c) const
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PartitionState::Rejected& r = p.rejected;
+    ++r.count;
+    r.step = c.step;
+    r.member = member;
+    r.largest = p.tracker.Largest(member);
+    r.held = false;
+    p.tracker.ClearMember(member);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.data of step ", c.step, ": applying this worker's gradient "
+        "would make partition ", c.partition, " non-finite (largest element ",
+        r.largest, "); not applied"));
+  }
+
   const Context ctx_;
 };
 

@@ -45,6 +45,14 @@ v1::ShardJobStats JobReport(JobShard& job, const std::string& shard_id,
   }
   AddStaleness(job.clocks().Stats(), out.mutable_staleness());
   out.set_initialized(job.initialized());
+  if (const NonFiniteUpdate u = job.LastNonFinite(); u.count > 0) {
+    v1::NonFiniteUpdates* n = out.mutable_nonfinite();
+    n->set_count(u.count);
+    n->set_step(u.step);
+    n->set_partition(u.partition);
+    n->set_worker_id(u.worker_id);
+    n->set_largest(u.largest);
+  }
   return out;
 }
 

@@ -185,16 +185,21 @@ absl::StatusOr<PushOutcome> JobShard::Push(int member, const PushChunk& c) {
         absl::StrCat("push.partition ", c.partition, " is not held by shard ",
                      init_.shard_index, " of job ", init_.job_id));
   }
-  RETURN_IF_ERROR(ValidatePush(p->meta, chunk_elems_, c));
+  PushChunk chunk = c;
+  RETURN_IF_ERROR(ValidatePush(p->meta, chunk_elems_, c, &chunk.largest));
   absl::StatusOr<PushOutcome> outcome;
+  std::optional<PartitionState::Rejected> refused;
   {
     absl::MutexLock lock(&p->mu);
     if (p->ended)
       return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
     if (c.generation != p->generation)
       return StaleGeneration(init_.job_id, c.generation, p->generation);
-    outcome = aggregator_->Push(*p, member, c);
+    const int64_t before = p->rejected.count;
+    outcome = aggregator_->Push(*p, member, chunk);
+    if (p->rejected.count != before) refused = p->rejected;
   }
+  if (refused.has_value()) NoteNonFinite(c.partition, *refused);
   if (!outcome.ok()) return outcome;
   if (c.stop && mode_ != Mode::kSync) stop_requested_ = true;
   if (*outcome == PushOutcome::kCompleted &&
@@ -221,15 +226,48 @@ void JobShard::MaybeCheckpointByClock() {
   }
 }
 
+void JobShard::NoteNonFinite(int32_t partition,
+                             const PartitionState::Rejected& r) {
+  NonFiniteUpdate note;
+  note.step = r.step;
+  note.partition = partition;
+  note.largest = r.largest;
+  {
+    absl::MutexLock lock(&members_mu_);
+    if (r.member >= 0 && r.member < static_cast<int>(workers_.size()))
+      note.worker_id = workers_[r.member];
+  }
+  {
+    absl::MutexLock lock(&nonfinite_mu_);
+    note.count = ++nonfinite_.count;
+    nonfinite_ = note;
+  }
+  if (init_.on_nonfinite) init_.on_nonfinite(note);
+}
+
+NonFiniteUpdate JobShard::LastNonFinite() const {
+  absl::MutexLock lock(&nonfinite_mu_);
+  return nonfinite_;
+}
+
 absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
                                       int64_t generation, absl::Time deadline,
-                                      const std::function<bool()>& cancelled) {
+                                      const std::function<bool()>& cancelled,
+                                      int member) {
   PartitionState* p = Find(partition);
   if (p == nullptr)
     return absl::InvalidArgumentError(
         absl::StrCat("partition ", partition, " not held here"));
   absl::MutexLock lock(&p->mu);
   while (p->version < version && !p->ended && p->generation == generation) {
+    const PartitionState::Rejected& r = p->rejected;
+    if (r.held && member >= 0 && r.member == member && r.step < version) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push.data of step ", r.step, ": the update of partition ",
+          partition, " would have made values non-finite and was not "
+          "applied; this worker's push held the largest element (", r.largest,
+          ")"));
+    }
     if (cancelled && cancelled())
       return absl::CancelledError("stream cancelled");
     const absl::Time now = absl::Now();

@@ -44,6 +44,16 @@
 
 namespace fulcrum {
 
+// An update refused because it would have made a value non-finite (NaN or
+// infinite): the shard keeps the parameters as they were.
+struct NonFiniteUpdate {
+  int64_t count = 0;  // refused so far in this job on this shard
+  int64_t step = -1;
+  int32_t partition = -1;
+  std::string worker_id;  // whose push held the largest |element|
+  float largest = 0.0f;   // that element's magnitude
+};
+
 struct JobInit {
   std::string job_id;
   v1::JobSpec spec;  // validated, defaults applied
@@ -55,6 +65,9 @@ struct JobInit {
   // identity: InitJob ignores it when comparing). May be null.
   std::function<void(int64_t step, double seconds, const absl::Status& status)>
       on_checkpoint;
+  // Called after an update was refused (see NonFiniteUpdate), outside any
+  // lock. Not part of the job's identity either. May be null.
+  std::function<void(const NonFiniteUpdate&)> on_nonfinite;
   Env* env = Env::Default();  // Not owned: clock and checkpoint files.
 };
 
@@ -106,10 +119,14 @@ class JobShard {
 
   // Blocks until `partition` reaches `version`, the job ends or `generation`
   // is replaced (ABORTED), `cancelled()` turns true (CANCELLED) or
-  // `deadline` passes (DEADLINE_EXCEEDED).
+  // `deadline` passes (DEADLINE_EXCEEDED). Sync: when the step before
+  // `version` was held back because its update would have made a value
+  // non-finite, the member named for it (`member`, the waiting one's index)
+  // gets INVALID_ARGUMENT saying so; the others wait for the generation.
   absl::Status WaitForVersion(int32_t partition, int64_t version,
                               int64_t generation, absl::Time deadline,
-                              const std::function<bool()>& cancelled);
+                              const std::function<bool()>& cancelled,
+                              int member = -1);
 
   // Copies elements [offset, offset + n) of `partition` with its version and
   // whether a worker asked to stop at that version.
@@ -143,6 +160,9 @@ class JobShard {
   // INVALID_ARGUMENT or DATA_LOSS on a mismatched or truncated blob, which
   // changes nothing.
   absl::Status RestorePartition(int32_t partition, std::string_view blob);
+
+  // The updates refused so far (count 0: none) and the last one.
+  NonFiniteUpdate LastNonFinite() const;
 
   // The newest step whose checkpoint this shard wrote, or -1.
   int64_t LastCheckpoint() const;
@@ -221,6 +241,10 @@ class JobShard {
   // ssp/async: the newest clock checkpointed (or restored / aligned to).
   absl::Mutex clock_checkpoint_mu_;
   int64_t clock_checkpoint_ ABSL_GUARDED_BY(clock_checkpoint_mu_) = 0;
+  mutable absl::Mutex nonfinite_mu_;
+  NonFiniteUpdate nonfinite_ ABSL_GUARDED_BY(nonfinite_mu_);
+  // Records a refused update of `partition` (called without p.mu).
+  void NoteNonFinite(int32_t partition, const PartitionState::Rejected& r);
   std::unique_ptr<CheckpointWriter> checkpointer_;
   // After checkpointer_: destroyed first, it points to it.
   std::unique_ptr<Aggregator> aggregator_;

@@ -2,8 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 namespace fulcrum {
+namespace {
+
+// 1 when v is NaN or infinite: its exponent bits all set. Integer work
+// that the loops below vectorize, OR-reduced into one flag.
+inline uint32_t NonFinite(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+}
+
+}  // namespace
 
 double LrSchedule::At(double lr, int64_t t) const {
   double rate = lr;
@@ -65,46 +78,58 @@ int OptimizerConfig::StateSlots() const {
   }
 }
 
-void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
+bool ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
                  const float* grad, float* w, float* state, int64_t n,
                  float grad_scale) {
-  ApplyUpdate(c, step, updates, grad, w, state, w, state, n, grad_scale);
+  return ApplyUpdate(c, step, updates, grad, w, state, w, state, n,
+                     grad_scale);
 }
 
-void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
+bool ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
                  const float* grad, const float* w_in, const float* state_in,
                  float* w_out, float* state_out, int64_t n,
                  float grad_scale) {
   const float s = grad_scale;
   const float lr = static_cast<float>(c.schedule.At(c.lr, step));
   const float wd = c.weight_decay, mu = c.momentum;
+  uint32_t bad = 0;
   switch (c.type) {
     case OptimizerConfig::Type::kAverage:  // the workers' optimizers apply it
-      for (int64_t i = 0; i < n; ++i) w_out[i] = grad[i] * s;
-      return;
+      for (int64_t i = 0; i < n; ++i) {
+        const float g = grad[i] * s;
+        w_out[i] = g;
+        bad |= NonFinite(g);
+      }
+      return bad == 0;
     case OptimizerConfig::Type::kSgd:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];
-        w_out[i] = w - lr * (grad[i] * s + wd * w);
+        const float out = w - lr * (grad[i] * s + wd * w);
+        w_out[i] = out;
+        bad |= NonFinite(out);
       }
-      return;
+      return bad == 0;
     case OptimizerConfig::Type::kMomentum:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];
         const float v = mu * state_in[i] + (grad[i] * s + wd * w);
+        const float out = w - lr * v;
         state_out[i] = v;
-        w_out[i] = w - lr * v;
+        w_out[i] = out;
+        bad |= NonFinite(v) | NonFinite(out);
       }
-      return;
+      return bad == 0;
     case OptimizerConfig::Type::kNesterov:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];
         const float g = grad[i] * s + wd * w;
         const float v = mu * state_in[i] + g;
+        const float out = w - lr * (g + mu * v);
         state_out[i] = v;
-        w_out[i] = w - lr * (g + mu * v);
+        w_out[i] = out;
+        bad |= NonFinite(v) | NonFinite(out);
       }
-      return;
+      return bad == 0;
     case OptimizerConfig::Type::kAdam:
     case OptimizerConfig::Type::kAdamW: {
       const bool decoupled = c.type == OptimizerConfig::Type::kAdamW;
@@ -127,20 +152,29 @@ void ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
         }
         const float m = b1 * m_in[i] + (1.0f - b1) * g;
         const float v = b2 * v_in[i] + (1.0f - b2) * g * g;
+        const float out = w - step_size * m / (std::sqrt(v / correct2) + eps);
         m_out[i] = m;
         v_out[i] = v;
-        w_out[i] = w - step_size * m / (std::sqrt(v / correct2) + eps);
+        w_out[i] = out;
+        bad |= NonFinite(m) | NonFinite(v) | NonFinite(out);
       }
-      return;
+      return bad == 0;
     }
   }
+  return bad == 0;
 }
 
-void SetBuffers(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+bool SetBuffers(const std::vector<std::pair<int64_t, int64_t>>& ranges,
                 const float* values, float scale, float* w_out) {
+  uint32_t bad = 0;
   for (const auto& [begin, end] : ranges) {
-    for (int64_t i = begin; i < end; ++i) w_out[i] = values[i] * scale;
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = values[i] * scale;
+      w_out[i] = v;
+      bad |= NonFinite(v);
+    }
   }
+  return bad == 0;
 }
 
 }  // namespace fulcrum

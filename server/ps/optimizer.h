@@ -54,21 +54,25 @@ struct OptimizerConfig {
 //             worker's own optimizer applies (gradient-averaging mode)
 // `state` holds StateSlots() * n floats, slot-major. The gradient is
 // grad[i] * grad_scale (the shard's averaging, folded into this one pass).
-void ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
+// Returns false when a written value (parameter or state) is not finite:
+// checked in the same pass, branch-free, so the caller can refuse the
+// update without another pass over the parameters.
+bool ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
                  const float* grad, float* w, float* state, int64_t n,
                  float grad_scale = 1.0f);
 // Out of place: reads w_in/state_in, writes w_out/state_out (which may be
 // the same buffers). The shard keeps the previous version this way, at no
 // extra memory traffic, so that one sync step can be undone.
-void ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
+bool ApplyUpdate(const OptimizerConfig& config, int64_t step, int64_t updates,
                  const float* grad, const float* w_in, const float* state_in,
                  float* w_out, float* state_out, int64_t n,
                  float grad_scale = 1.0f);
 
 // Buffer elements (running statistics, TensorSpec.buffer) take no optimizer
 // step: w_out[i] = values[i] * scale over each [begin, end) of `ranges`,
-// where `values` holds the pushed values (summed, or one member's).
-void SetBuffers(const std::vector<std::pair<int64_t, int64_t>>& ranges,
+// where `values` holds the pushed values (summed, or one member's). false
+// when a written value is not finite.
+bool SetBuffers(const std::vector<std::pair<int64_t, int64_t>>& ranges,
                 const float* values, float scale, float* w_out);
 
 }  // namespace fulcrum

@@ -188,5 +188,32 @@ TEST(OptimizerTest, OutOfPlaceMatchesInPlaceAndKeepsInputs) {
   }
 }
 
+// The update pass says when a value it wrote is not finite (the shard
+// then refuses the update) - parameters and optimizer state alike.
+TEST(OptimizerTest, SaysWhenAWrittenValueIsNotFinite) {
+  for (auto type :
+       {OptimizerConfig::Type::kSgd, OptimizerConfig::Type::kMomentum,
+        OptimizerConfig::Type::kNesterov, OptimizerConfig::Type::kAdam,
+        OptimizerConfig::Type::kAdamW, OptimizerConfig::Type::kAverage}) {
+    OptimizerConfig c = Config(type, 0.5, 0.0f);
+    if (type == OptimizerConfig::Type::kMomentum ||
+        type == OptimizerConfig::Type::kNesterov)
+      c.momentum = 0.9f;
+    const int n = 9;  // not a multiple of the vector width
+    std::vector<float> w(n, 1.0f), state(2 * n, 0.0f), g(n, 1.0f);
+    std::vector<float> w_out(n), state_out(2 * n);
+    EXPECT_TRUE(ApplyUpdate(c, 0, 0, g.data(), w.data(), state.data(),
+                            w_out.data(), state_out.data(), n))
+        << static_cast<int>(type);
+    g[n - 1] = 3e38f;  // x 2 (the averaging scale) overflows
+    EXPECT_FALSE(ApplyUpdate(c, 0, 0, g.data(), w.data(), state.data(),
+                             w_out.data(), state_out.data(), n, 2.0f))
+        << static_cast<int>(type);
+  }
+  std::vector<float> values = {1.0f, 3e38f}, out(2);
+  EXPECT_TRUE(SetBuffers({{0, 1}}, values.data(), 2.0f, out.data()));
+  EXPECT_FALSE(SetBuffers({{0, 2}}, values.data(), 2.0f, out.data()));
+}
+
 }  // namespace
 }  // namespace fulcrum

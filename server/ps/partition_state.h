@@ -44,6 +44,17 @@ struct PartitionState {
   std::vector<uint8_t> uploaded ABSL_GUARDED_BY(mu);
   int64_t uploaded_count ABSL_GUARDED_BY(mu) = 0;
   DataLedger ledger ABSL_GUARDED_BY(mu);       // if tracks_ledger
+  // Updates refused because a value would have become non-finite (NaN or
+  // infinite): how many, and the last one's step and the member whose push
+  // held the largest element. Sync holds that step back: `held` until the
+  // generation changes (the culprit's read fails, the others re-join).
+  struct Rejected {
+    int64_t count = 0;
+    int64_t step = -1;
+    int member = -1;
+    float largest = 0.0f;
+    bool held = false;
+  } rejected ABSL_GUARDED_BY(mu);
 
   // Sync barrier (sync_aggregator.cc).
   struct Barrier {
@@ -65,6 +76,8 @@ struct PartitionState {
   struct Arrivals {
     std::vector<float> staging;  // [member * size + i] until complete
     std::vector<int64_t> member_step;  // the step each member pushes
+    // Where an update is written out of place, then swapped in.
+    std::vector<float> next_params, next_state;
   } arrivals ABSL_GUARDED_BY(mu);
 };
 

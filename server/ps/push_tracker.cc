@@ -9,14 +9,20 @@
 namespace fulcrum {
 namespace {
 
-absl::Status CheckFinite(const Partition& p, const PushChunk& c, int64_t n) {
-  uint32_t any = 0;
+// One pass: the largest |element| as bits (for non-negative floats the bit
+// patterns order like the values; NaN and inf above every finite one).
+absl::Status CheckFinite(const Partition& p, const PushChunk& c, int64_t n,
+                         float* largest) {
+  uint32_t top = 0;
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, c.data + 4 * i, 4);
-    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    top = std::max(top, bits & 0x7fffffffu);
   }
-  if (any == 0) return absl::OkStatus();
+  if (top < 0x7f800000u) {
+    if (largest != nullptr) std::memcpy(largest, &top, 4);
+    return absl::OkStatus();
+  }
   for (int64_t i = 0; i < n; ++i) {
     float v;
     std::memcpy(&v, c.data + 4 * i, 4);
@@ -32,7 +38,8 @@ absl::Status CheckFinite(const Partition& p, const PushChunk& c, int64_t n) {
 }  // namespace
 
 absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
-                          const PushChunk& c) {
+                          const PushChunk& c, float* largest) {
+  if (largest != nullptr) *largest = 0.0f;
   if (c.step < 0)
     return absl::InvalidArgumentError(
         absl::StrCat("push.step must be >= 0, got ", c.step));
@@ -64,7 +71,7 @@ absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
         absl::StrCat("push.data has ", c.bytes, " bytes, expected ", expected,
                      " for partition ", p.id, " offset ", c.offset));
   }
-  return CheckFinite(p, c, expected / 4);
+  return CheckFinite(p, c, expected / 4, largest);
 }
 
 void PushTracker::Reset(int members, int64_t num_chunks) {
@@ -72,6 +79,7 @@ void PushTracker::Reset(int members, int64_t num_chunks) {
   got_.assign(members * num_chunks, 0);
   got_count_.assign(members, 0);
   samples_.assign(members, -1);
+  largest_.assign(members, 0.0f);
   complete_.assign(members, 0);
   complete_count_ = 0;
   total_samples_ = 0;
@@ -79,7 +87,8 @@ void PushTracker::Reset(int members, int64_t num_chunks) {
 
 absl::StatusOr<PushTracker::Arrival> PushTracker::Record(int member,
                                                          int64_t chunk,
-                                                         int64_t samples) {
+                                                         int64_t samples,
+                                                         float largest) {
   if (complete_[member]) return Arrival::kRepeat;
   if (samples > 0 && got_[member * num_chunks_ + chunk]) return Arrival::kRepeat;
   if (samples_[member] >= 0 && samples_[member] != samples) {
@@ -91,6 +100,7 @@ absl::StatusOr<PushTracker::Arrival> PushTracker::Record(int member,
     samples_[member] = samples;
     total_samples_ += samples;
   }
+  largest_[member] = std::max(largest_[member], largest);
   if (samples > 0) {
     got_[member * num_chunks_ + chunk] = 1;
     if (++got_count_[member] < num_chunks_) return Arrival::kNew;
@@ -100,12 +110,20 @@ absl::StatusOr<PushTracker::Arrival> PushTracker::Record(int member,
   return Arrival::kNew;
 }
 
+int PushTracker::LargestMember() const {
+  int best = 0;
+  for (int m = 1; m < static_cast<int>(largest_.size()); ++m)
+    if (largest_[m] > largest_[best]) best = m;
+  return best;
+}
+
 void PushTracker::ClearMember(int member) {
   std::fill(got_.begin() + member * num_chunks_,
             got_.begin() + (member + 1) * num_chunks_, 0);
   got_count_[member] = 0;
   if (samples_[member] > 0) total_samples_ -= samples_[member];
   samples_[member] = -1;
+  largest_[member] = 0.0f;
   if (complete_[member]) --complete_count_;
   complete_[member] = 0;
 }

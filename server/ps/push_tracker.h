@@ -26,6 +26,7 @@ struct PushChunk {
   bool stop = false;
   int64_t generation = 1;  // of the pushing stream
   DataRange range;         // chunk sharding: the samples behind it
+  float largest = 0.0f;    // largest |element| (ValidatePush finds it)
 };
 
 // What a push did.
@@ -45,8 +46,10 @@ inline constexpr int64_t kMaxPushSamples = int64_t{1} << 32;
 // kMaxPushSamples], a bad range,
 // offset or length, or a NaN/infinite element. One branch-free pass over the
 // data (it vectorizes); the bad element is looked for only when there is one.
+// The same pass finds the largest |element| (*largest, if not null): which
+// member's push made a step's update non-finite.
 absl::Status ValidatePush(const Partition& partition, int64_t chunk_elems,
-                          const PushChunk& c);
+                          const PushChunk& c, float* largest = nullptr);
 
 // One partition's arrivals for the current step, per member.
 //
@@ -60,13 +63,18 @@ class PushTracker {
   // member's whole contribution). kRepeat, changing nothing, for a chunk
   // seen before or a member already complete; INVALID_ARGUMENT, changing
   // nothing, when `samples` differs from the member's earlier chunks.
-  absl::StatusOr<Arrival> Record(int member, int64_t chunk, int64_t samples);
+  // `largest`: the chunk's largest |element|, kept per member for the step.
+  absl::StatusOr<Arrival> Record(int member, int64_t chunk, int64_t samples,
+                                 float largest = 0.0f);
   // Every chunk of the member arrived (or its empty push).
   bool Complete(int member) const { return complete_[member] != 0; }
   int complete_count() const { return complete_count_; }
   int members() const { return static_cast<int>(complete_.size()); }
   // Sum of the samples of every member that pushed anything.
   int64_t total_samples() const { return total_samples_; }
+  // The member whose pushes this step held the largest |element|.
+  int LargestMember() const;
+  float Largest(int member) const { return largest_[member]; }
   // Forgets the member's arrivals (it moves on to its next step).
   void ClearMember(int member);
 
@@ -75,6 +83,7 @@ class PushTracker {
   std::vector<uint8_t> got_;  // [member * num_chunks + chunk]
   std::vector<int64_t> got_count_;
   std::vector<int64_t> samples_;  // -1: nothing pushed yet
+  std::vector<float> largest_;
   std::vector<uint8_t> complete_;
   int complete_count_ = 0;
   int64_t total_samples_ = 0;

@@ -93,6 +93,17 @@ grpc::Status ParameterServerService::InitJob(grpc::ServerContext*,
         std::cerr << "fulcrum-server: checkpoint failed: " << s << "\n";
     };
   }
+  {
+    ShardMetrics* m = metrics_;
+    init.on_nonfinite = [m, job_id = init.job_id](const NonFiniteUpdate& u) {
+      m->nonfinite_updates.WithLabels({job_id}).Increment();
+      std::cerr << "fulcrum-server: job " << job_id << " step " << u.step
+                << " partition " << u.partition
+                << ": update refused, it would have made values non-finite "
+                   "(largest element "
+                << u.largest << " from " << u.worker_id << ")\n";
+    };
+  }
   absl::StatusOr<std::shared_ptr<JobShard>> job = shard_->InitJob(init);
   if (!job.ok()) return ToGrpcStatus(job.status());
   if (checkpoints) metrics_->CheckpointsEnabled(init.job_id);

@@ -30,6 +30,12 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
       rejected_pushes(r.AddCounter(
           "fulcrum_server_rejected_pushes_total",
           "Pushes and streams rejected, by status code.", {"reason"})),
+      nonfinite_updates(r.AddCounter(
+          "fulcrum_server_nonfinite_updates_total",
+          "Updates refused because they would have made a parameter or "
+          "optimizer value NaN or infinite (the parameters stay as they "
+          "were).",
+          {"job_id"})),
       jobs(r.AddGauge("fulcrum_server_jobs",
                       "Jobs whose partitions this shard holds.")),
       checkpoint_seconds(r.AddHistogram(
@@ -54,6 +60,7 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
 }
 
 ShardMetrics::Job ShardMetrics::ForJob(const std::string& job_id) {
+  nonfinite_updates.WithLabels({job_id});  // exported from the start, at 0
   return {&push_bytes.WithLabels({job_id}), &pull_bytes.WithLabels({job_id}),
           &aggregate_seconds.WithLabels({job_id}),
           &barrier_wait_seconds.WithLabels({job_id}),

@@ -33,7 +33,7 @@ class SyncAggregator : public Aggregator {
     if (p.tracker.Complete(member)) return PushOutcome::kAlreadyComplete;
     const int64_t chunk = c.samples == 0 ? 0 : c.offset / ctx_.chunk_elems;
     ASSIGN_OR_RETURN(const PushTracker::Arrival arrival,
-                     p.tracker.Record(member, chunk, c.samples));
+                     p.tracker.Record(member, chunk, c.samples, c.largest));
     if (arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
     PartitionState::Barrier& b = p.barrier;
     b.stop_requested |= c.stop;
@@ -54,6 +54,7 @@ class SyncAggregator : public Aggregator {
     b.stop_requested = false;
     b.ranges.assign(members, DataRange{});
     b.first_done = absl::InfiniteFuture();
+    p.rejected.held = false;
     p.tracker.Reset(members, p.num_chunks);
   }
 
@@ -112,12 +113,17 @@ class SyncAggregator : public Aggregator {
     const bool apply = total > 0 && !b.stop_requested;
     b.undo_swaps = apply;
     if (apply) {
-      ApplyUpdate(ctx_.optimizer, p.version, p.updates++, b.accum.data(),
-                  p.params.data(), p.state.data(), b.prev_params.data(),
-                  b.prev_state.data(), p.meta.size,
-                  1.0f / static_cast<float>(total));
-      SetBuffers(p.buffers, b.accum.data(), 1.0f / static_cast<float>(total),
-                 b.prev_params.data());
+      const float scale = 1.0f / static_cast<float>(total);
+      const bool finite =
+          ApplyUpdate(ctx_.optimizer, p.version, p.updates, b.accum.data(),
+                      p.params.data(), p.state.data(), b.prev_params.data(),
+                      b.prev_state.data(), p.meta.size, scale) &
+          SetBuffers(p.buffers, b.accum.data(), scale, b.prev_params.data());
+      if (!finite) {
+        HoldBack(p);
+        return;
+      }
+      ++p.updates;
       p.params.swap(b.prev_params);
       p.state.swap(b.prev_state);
     }
@@ -134,6 +140,21 @@ class SyncAggregator : public Aggregator {
     }
     p.stop = b.stop_requested;
     ResetStep(p, p.tracker.members());
+    p.changed.SignalAll();
+  }
+
+  // The step's update would have made a value non-finite: it is not
+  // applied (the values written out of place are dropped) and the
+  // partition stays at this version until the generation changes. The
+  // member whose push held the largest element is named; its read fails
+  // (JobShard::WaitForVersion), the others' end with the generation.
+  void HoldBack(PartitionState& p) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PartitionState::Rejected& r = p.rejected;
+    ++r.count;
+    r.step = p.version;
+    r.member = p.tracker.LargestMember();
+    r.largest = p.tracker.Largest(r.member);
+    r.held = true;
     p.changed.SignalAll();
   }
 

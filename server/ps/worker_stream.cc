@@ -124,7 +124,7 @@ absl::Status WorkerStream::AnswerRead(int64_t clock) {
     for (int32_t id : completed_) {
       const absl::Time start = absl::Now();
       RETURN_IF_ERROR(job_->WaitForVersion(id, clock, generation_, deadline,
-                                           options_.cancelled));
+                                           options_.cancelled, member_));
       waited += absl::Now() - start;
       RETURN_IF_ERROR(SendPartition(id, clock));
     }

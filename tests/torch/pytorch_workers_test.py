@@ -302,6 +302,38 @@ class PyTorchWorkersTest(unittest.TestCase):
         self.assertNotEqual(late.returncode, 0)
         self.assertIn("already ended (SUCCEEDED)", self.cluster.log("late"))
 
+    def test_a_finite_gradient_that_would_overflow_the_model_is_not_applied(self):
+        # 3e38 x 8 samples overflows float on the shard: the step's update is
+        # not applied, the worker whose push held the largest element fails,
+        # the other redoes the step; the model stays finite.
+        job_id = self.cluster.submit(job("huge", epochs=3, workers=(2, 2),
+                                         sharding="chunks"))
+        self.train(job_id, 1, "--huge_after", "5", out=False)
+        path = os.path.join(self.cluster.dir, "healthy.pt")
+        self.cluster.worker("healthy", "train_worker.py", "--job", job_id, "--out", path)
+        self.cluster.procs["w0"].wait(timeout=60)
+        self.assertEqual(self.cluster.procs["w0"].returncode, 3, self.cluster.logs())
+        self.assertIn("would have made values non-finite", self.cluster.log("w0"))
+        self.finish(["healthy"])
+        status = self.cluster.wait_state(job_id, ["SUCCEEDED"], 60)
+        kinds = [e.get("kind") for e in status["events"]]
+        self.assertIn("nonfinite", kinds, status["events"])
+        self.assertIn("failed", kinds)
+        for name, value in torch.load(path).items():
+            self.assertTrue(torch.isfinite(value).all().item(), name)
+        # fail_job: the first refused update fails the job, saying why.
+        failing = self.cluster.submit(job(
+            "huge2", epochs=3, workers=(2, 2), sharding="chunks",
+            optimizer="{type: momentum, lr: 0.05, momentum: 0.9, "
+                      "on_nonfinite: fail_job}"))
+        self.cluster.worker("bad2", "train_worker.py", "--job", failing,
+                            "--huge_after", "3")
+        self.cluster.worker("healthy2", "train_worker.py", "--job", failing)
+        status = self.cluster.wait_state(failing, ["FAILED", "SUCCEEDED"], 90)
+        self.assertEqual(status["state"], "FAILED", self.cluster.logs())
+        self.assertIn("non-finite", status["message"])
+        self.assertIn("fail_job", status["message"])
+
 
 class CallsAfterFinishTest(unittest.TestCase):
     def test_a_finished_worker_refuses_calls(self):

@@ -23,6 +23,9 @@ p.add_argument("--lr", type=float, default=0.05)
 p.add_argument("--momentum", type=float, default=0.9)
 p.add_argument("--nan_after", type=int, default=-1,
                help="push a NaN gradient at this worker's Nth step (from its join)")
+p.add_argument("--huge_after", type=int, default=-1,
+               help="at this worker's Nth step push a finite gradient of 3e38 "
+                    "everywhere (its weighted sum overflows on the shard)")
 p.add_argument("--report_every", type=int, default=5)
 p.add_argument("--step_delay", type=float, default=0.0)
 p.add_argument("--loader", type=int, default=-1,
@@ -30,6 +33,11 @@ p.add_argument("--loader", type=int, default=-1,
 args = p.parse_args()
 
 model = models.make(args.model)
+huge = [False]
+if args.huge_after >= 0:
+    # Registered before the Worker's own hooks, so theirs see this gradient.
+    for prm in model.parameters():
+        prm.register_hook(lambda g: torch.full_like(g, 3e38) if huge[0] else g)
 data = models.read_idx(args.idx) if args.idx else models.synthetic(args.samples)
 opt = (torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
        if args.averaging else None)
@@ -45,6 +53,7 @@ try:
         loss = F.cross_entropy(model(x), y)
         if trained == args.nan_after:
             loss = loss * math.nan  # a diverged worker's gradient
+        huge[0] = trained == args.huge_after
         loss.backward()
         w.step()
         if args.step_delay:

@@ -8,7 +8,7 @@ import time
 import torch
 import torch.utils.data
 
-from fulcrum._native import GenerationEnded
+from fulcrum._native import FulcrumError, GenerationEnded
 
 
 class LeasedData:
@@ -117,6 +117,11 @@ class LeasedData:
             except GenerationEnded as e:
                 self._rejoin(e)
                 return []
+            except FulcrumError:
+                if not self._native.leaving():
+                    raise
+                self.stopped = True  # the job ended elsewhere (see _rejoin)
+                return None
             self._done_chunks = []
             if lease.chunk < 0:
                 if lease.exhausted and not self._batches:
