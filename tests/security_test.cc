@@ -132,9 +132,9 @@ TEST_F(SecureCoordinatorTest, MutualTlsWithTheTokenGetsThrough) {
   grpc::ClientContext context;
   SetTimeout(&context, std::chrono::seconds(5));
   v1::RegisterWorkerResponse registered;
-  EXPECT_TRUE(stub->RegisterWorker(&context, v1::RegisterWorkerRequest(),
-                                   &registered)
-                  .ok());
+  v1::RegisterWorkerRequest worker;
+  worker.set_hostname("host-1");
+  EXPECT_TRUE(stub->RegisterWorker(&context, worker, &registered).ok());
   EXPECT_FALSE(registered.worker_id().empty());
 }
 

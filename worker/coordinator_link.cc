@@ -15,7 +15,7 @@ CoordinatorLink::CoordinatorLink(Options options)
       stub_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator))) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
-  hostname_ = host;
+  hostname_ = host[0] != 0 ? host : "localhost";
 }
 
 CoordinatorLink::~CoordinatorLink() {

@@ -139,7 +139,11 @@ absl::Status TrainingRun::Step(int64_t step) {
   RETURN_IF_ERROR(WaitForParameters(step, &stop_seen));
   t.received = StepStats::Clock::now();
   t.first_push = pusher_.first_push();
-  stats_.Step(step, samples.epoch, samples.share.count, t);
+  // Under the barrier a step that carries a stop applies nothing (the
+  // final parameters are those evaluated): it is not a trained step, and
+  // "trained N steps" counts the updates (a 9,400-step job said 9,401).
+  const bool applied = !(stop_seen && barrier_);
+  if (applied) stats_.Step(step, samples.epoch, samples.share.count, t);
   stopped_ = stop_seen;
   if (rank0() && !stopped_ && (step + 1) % spec_.eval_every_steps() == 0) {
     Evaluate(step + 1);

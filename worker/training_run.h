@@ -87,6 +87,10 @@ class TrainingRun {
   std::mt19937_64 delay_rng_;
   bool stop_next_ = false;  // rank 0: the target is reached
   bool stopped_ = false;    // a stop came back with the parameters
+  // Sync or ssp(0): the shards' barrier, where a stop step applies nothing.
+  const bool barrier_ = spec_.consistency().mode() == "sync" ||
+                        (spec_.consistency().mode() == "ssp" &&
+                         spec_.consistency().staleness() == 0);
 };
 
 }  // namespace fulcrum

@@ -155,6 +155,14 @@ absl::Status Coordinator::ExportJob(
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
+  if (request.hostname().empty() || request.hostname().size() > 253) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hostname must be 1 to 253 bytes, got ", request.hostname().size()));
+  }
+  if (request.device().size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device must be at most 256 bytes, got ", request.device().size()));
+  }
   v1::RegisterWorkerResponse response;
   uint64_t ticket = 0;
   {

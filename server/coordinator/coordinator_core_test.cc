@@ -45,7 +45,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::string AddWorker() {
-    return coordinator_.RegisterWorker({})->worker_id();
+    return coordinator_.RegisterWorker(testing::WorkerOn())->worker_id();
   }
   std::string AddShard(const std::string& address) {
     v1::RegisterShardRequest r;
@@ -600,6 +600,13 @@ TEST_F(CoordinatorTest, RegistrationValidation) {
   r.set_address("nohostport");
   EXPECT_EQ(coordinator_.RegisterShard(r).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // A worker says which host it runs on (an empty request made a member
+  // without one).
+  absl::StatusOr<v1::RegisterWorkerResponse> nameless =
+      coordinator_.RegisterWorker({});
+  EXPECT_EQ(nameless.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(nameless.status().message().find("hostname"), std::string::npos);
+  EXPECT_EQ(coordinator_.ListMembers().size(), 0u);
   EXPECT_EQ(coordinator_.Leave("nobody").code(), absl::StatusCode::kNotFound);
   const std::string w = AddWorker();
   EXPECT_TRUE(coordinator_.Leave(w).ok());
@@ -625,7 +632,7 @@ TEST(CoordinatorPoolTest, ASlowShardHoldsOnlyItsOwnJob) {
   Coordinator c(o, &shards);
   auto id = c.SubmitJob(TinySpec(1, 1, 1));
   ASSERT_TRUE(id.ok());
-  const std::string w1 = c.RegisterWorker({})->worker_id();
+  const std::string w1 = c.RegisterWorker(testing::WorkerOn())->worker_id();
   v1::RegisterShardRequest r;
   r.set_address("127.0.0.1:1");
   const std::string s1 = c.RegisterShard(r)->shard_id();

@@ -44,8 +44,8 @@ TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
     ASSERT_TRUE(first.Recover().ok());
     const v1::JobSpec spec = TinySpec(2, 2, 1);
     job = *first.SubmitJob(spec);
-    w1 = first.RegisterWorker({})->worker_id();
-    w2 = first.RegisterWorker({})->worker_id();
+    w1 = first.RegisterWorker(testing::WorkerOn())->worker_id();
+    w2 = first.RegisterWorker(testing::WorkerOn())->worker_id();
     v1::RegisterShardRequest r;
     r.set_address("127.0.0.1:1");
     s1 = first.RegisterShard(r)->shard_id();
@@ -59,7 +59,7 @@ TEST(CoordinatorRecoveryTest, RestartedCoordinatorReadoptsAndContinues) {
   EXPECT_EQ(status.generation(), 1);
   EXPECT_EQ(status.workers_size(), 2);
   // New ids never collide with ones issued before the restart.
-  const std::string w3 = second.RegisterWorker({})->worker_id();
+  const std::string w3 = second.RegisterWorker(testing::WorkerOn())->worker_id();
   EXPECT_NE(w3, w1);
   EXPECT_NE(w3, w2);
   // Members come back with heartbeats; chunk leases wait meanwhile.
@@ -105,7 +105,7 @@ TEST(CoordinatorRecoveryTest, AnEndedJobKeepsWhatItTrainedAcrossARestart) {
     Coordinator first(d.options, &d.shards);
     ASSERT_TRUE(first.Recover().ok());
     job = *first.SubmitJob(TinySpec(1, 1, 1));
-    const std::string w = first.RegisterWorker({})->worker_id();
+    const std::string w = first.RegisterWorker(testing::WorkerOn())->worker_id();
     v1::RegisterShardRequest r;
     r.set_address("127.0.0.1:1");
     const std::string s = first.RegisterShard(r)->shard_id();
@@ -163,7 +163,7 @@ TEST(CoordinatorRecoveryTest, ARejectedReportAdoptsNobody) {
     Coordinator first(d.options, &d.shards);
     ASSERT_TRUE(first.Recover().ok());
     ASSERT_TRUE(first.SubmitJob(TinySpec(1, 1, 1)).ok());
-    w1 = first.RegisterWorker({})->worker_id();
+    w1 = first.RegisterWorker(testing::WorkerOn())->worker_id();
   }
   Coordinator second(d.options, &d.shards);
   ASSERT_TRUE(second.Recover().ok());

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/testing/fake_shards.h"
+#include "server/coordinator/testing/test_specs.h"
 
 namespace fulcrum {
 namespace {
@@ -36,7 +37,7 @@ class ExternalModelTest : public ::testing::Test {
     return *coordinator_.SubmitJob(spec);
   }
   std::string Register(const std::string& job) {
-    v1::RegisterWorkerRequest r;
+    v1::RegisterWorkerRequest r = testing::WorkerOn();
     r.set_job_id(job);
     return coordinator_.RegisterWorker(r)->worker_id();
   }
@@ -63,7 +64,7 @@ class ExternalModelTest : public ::testing::Test {
 
 TEST_F(ExternalModelTest, TheFirstDeclarationIsTheModelAndLaterOnesMustMatch) {
   const std::string job = SubmitExternal();
-  const std::string generic = coordinator_.RegisterWorker({})->worker_id();
+  const std::string generic = coordinator_.RegisterWorker(testing::WorkerOn())->worker_id();
   const std::string w1 = Register(job);
   v1::RegisterShardRequest shard;
   shard.set_address("127.0.0.1:1");
@@ -181,7 +182,7 @@ TEST_F(ExternalModelTest, AWorkerWaitingForAnEndedJobIsToldWhy) {
   EXPECT_EQ(a.job_message(), "cancelled by user");
   EXPECT_EQ(a.generation(), 0) << "no place in it";
   const size_t members = coordinator_.ListMembers().size();
-  v1::RegisterWorkerRequest late;
+  v1::RegisterWorkerRequest late = testing::WorkerOn();
   late.set_job_id(job);
   absl::StatusOr<v1::RegisterWorkerResponse> r =
       coordinator_.RegisterWorker(late);
@@ -193,7 +194,7 @@ TEST_F(ExternalModelTest, AWorkerWaitingForAnEndedJobIsToldWhy) {
 }
 
 TEST_F(ExternalModelTest, RegisteringForAnUnknownJobIsRefused) {
-  v1::RegisterWorkerRequest r;
+  v1::RegisterWorkerRequest r = testing::WorkerOn();
   r.set_job_id("job-404");
   EXPECT_EQ(coordinator_.RegisterWorker(r).status().code(),
             absl::StatusCode::kNotFound);

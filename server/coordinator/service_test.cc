@@ -15,6 +15,7 @@
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/service.h"
 #include "server/coordinator/testing/fake_shards.h"
+#include "server/coordinator/testing/test_specs.h"
 
 namespace fulcrum {
 namespace {
@@ -99,7 +100,7 @@ TEST(CoordinatorServiceTest, BadChunkLeasesAreRejectedAndChangeNothing) {
   spec.mutable_workers()->set_min(1);
   spec.mutable_workers()->set_max(1);
   const std::string job = *core.SubmitJob(spec);
-  const std::string worker = core.RegisterWorker({})->worker_id();
+  const std::string worker = core.RegisterWorker(testing::WorkerOn())->worker_id();
   v1::RegisterShardRequest shard;
   shard.set_address("127.0.0.1:1");
   ASSERT_TRUE(core.RegisterShard(shard).ok());

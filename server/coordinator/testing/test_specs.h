@@ -2,6 +2,9 @@
 #ifndef FULCRUM_SERVER_COORDINATOR_TESTING_TEST_SPECS_H_
 #define FULCRUM_SERVER_COORDINATOR_TESTING_TEST_SPECS_H_
 
+#include <string>
+
+#include "fulcrum/v1/coordinator.pb.h"
 #include "fulcrum/v1/job.pb.h"
 
 namespace fulcrum::testing {
@@ -19,6 +22,13 @@ inline v1::JobSpec TinySpec(int min, int max, int shards) {
   spec.mutable_workers()->set_max(max);
   spec.set_shards(shards);
   return spec;
+}
+
+// A worker's registration (a hostname is required).
+inline v1::RegisterWorkerRequest WorkerOn(const std::string& host = "host-1") {
+  v1::RegisterWorkerRequest r;
+  r.set_hostname(host);
+  return r;
 }
 
 }  // namespace fulcrum::testing
