@@ -101,10 +101,17 @@ class Ctl {
   }
 
   int List() {
+    // Page by page (the coordinator answers at most 1000 jobs a call).
     v1::ListJobsResponse response;
-    if (!Call(&v1::Coordinator::Stub::ListJobs, v1::ListJobsRequest(),
-              &response))
-      return 1;
+    v1::ListJobsRequest request;
+    request.set_page_size(500);
+    do {
+      v1::ListJobsResponse page;
+      if (!Call(&v1::Coordinator::Stub::ListJobs, request, &page)) return 1;
+      for (v1::JobStatus& j : *page.mutable_jobs())
+        *response.add_jobs() = std::move(j);
+      request.set_page_token(page.next_page_token());
+    } while (!request.page_token().empty());
     if (absl::GetFlag(FLAGS_json)) {
       std::cout << ToJson(response) << "\n";
       return 0;

@@ -150,6 +150,33 @@ optimizer: {type: momentum, lr: -1}
   EXPECT_NE(cluster.CtlLog().find("optimizer.lr must be > 0, got -1"),
             std::string::npos)
       << cluster.CtlLog();
+  // Paths from the spec stay under the roots (the shards' checkpoint root
+  // is the test's temp dir): '..' is refused at submit, naming the field.
+  const std::string escape = WriteJob("escape.yaml", R"(
+name: escape
+model: {type: mlp, layers: [784, 10]}
+dataset: {dir: /usr/share/datasets/fashion-mnist}
+optimizer: {type: momentum, lr: 0.1}
+checkpoint: {every_steps: 10, dir: ../../etc}
+)");
+  r = cluster.Ctl({"submit", escape});
+  EXPECT_EQ(r.exit_code, 1);  // refused by the coordinator
+  EXPECT_NE(cluster.CtlLog().find(
+                "checkpoint.dir must not contain '..', got '../../etc'"),
+            std::string::npos)
+      << cluster.CtlLog();
+  const std::string outside = WriteJob("outside.yaml", R"(
+name: outside
+model: {type: mlp, layers: [784, 10]}
+dataset: {dir: /etc}
+optimizer: {type: momentum, lr: 0.1}
+)");
+  r = cluster.Ctl({"submit", outside});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(cluster.CtlLog().find("dataset.dir '/etc' is outside "
+                                  "/usr/share/datasets"),
+            std::string::npos)
+      << cluster.CtlLog();
   r = cluster.Ctl({"status", "job-404"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(cluster.CtlLog().find("NOT_FOUND: job_id 'job-404' not found"),

@@ -18,7 +18,9 @@ ProcessCluster::ProcessCluster(const std::string& name, const Options& options)
   std::vector<std::string> argv = {
       Runfile("server/coordinator/fulcrum-coordinator"),
       "--listen=127.0.0.1:" + std::to_string(port), "--port_file=" + port_file,
-      "--heartbeat_ms=200", "--start_grace_ms=3000"};
+      "--heartbeat_ms=200", "--start_grace_ms=3000",
+      // Tests write checkpoints under their temp dir.
+      "--checkpoint_root=" + TestTempDir()};
   argv.insert(argv.end(), options.coordinator_flags.begin(),
               options.coordinator_flags.end());
   argv.insert(argv.end(), options.all_flags.begin(), options.all_flags.end());
@@ -29,7 +31,7 @@ ProcessCluster::ProcessCluster(const std::string& name, const Options& options)
     std::vector<std::string> shard = {
         Runfile("server/ps/fulcrum-server"),
         "--listen=127.0.0.1:" + std::to_string(PickFreePort()),
-        "--coordinator=" + address_};
+        "--coordinator=" + address_, "--checkpoint_root=" + TestTempDir()};
     shard.insert(shard.end(), options.shard_flags.begin(),
                  options.shard_flags.end());
     shard.insert(shard.end(), options.all_flags.begin(),

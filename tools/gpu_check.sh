@@ -101,14 +101,15 @@ cluster() {  # device; sets COORD
   local device=$1 i
   rm -f "$work/coordinator.port"
   start "$work/coordinator-${device/:/}.log" fulcrum-coordinator \
-    --listen=127.0.0.1:0 --port_file="$work/coordinator.port" --heartbeat_ms=200
+    --listen=127.0.0.1:0 --port_file="$work/coordinator.port" --heartbeat_ms=200 \
+    --data_root="$(dirname "$DATA")"
   for i in $(seq 100); do [ -s "$work/coordinator.port" ] && break; sleep 0.1; done
   COORD=127.0.0.1:$(cat "$work/coordinator.port")
   start "$work/shard-${device/:/}.log" fulcrum-server --listen=127.0.0.1:0 \
     --coordinator="$COORD"
   for i in 1 2; do
     start "$work/worker$i-${device/:/}.log" fulcrum-worker --coordinator="$COORD" \
-      --device="$device" --max_jobs=1
+      --device="$device" --max_jobs=1 --data_root="$(dirname "$DATA")"
   done
 }
 job() {  # name max_steps target

@@ -40,6 +40,10 @@ ABSL_FLAG(std::string, tls_cert, "",
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM authority the servers' certificates must chain to (TLS)");
+ABSL_FLAG(std::string, data_root, "/usr/share/datasets",
+          "datasets are read under this directory: a job's dataset.dir is "
+          "taken from it (relative) or must lie in it (absolute), and may "
+          "not lead out of it");
 ABSL_FLAG(int, max_jobs, 0,
           "exit after training this many jobs (0: serve until stopped)");
 
@@ -93,6 +97,13 @@ int main(int argc, char** argv) {
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.device = backend.Name();
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.data_root = absl::GetFlag(FLAGS_data_root);
+  if (options.data_root.empty() || options.data_root[0] != '/') {
+    std::cerr << "fulcrum-worker: --data_root must be an absolute directory, "
+                 "got '"
+              << options.data_root << "'\n";
+    return 2;
+  }
   options.slowdown = absl::GetFlag(FLAGS_slowdown);
   options.step_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms));

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/config/confined_path.h"
 #include "common/status/status_macros.h"
 #include "common/tensor/layout.h"
 #include "worker/training_run.h"
@@ -11,12 +12,18 @@ absl::StatusOr<const LabeledImages*> Trainer::Load(const v1::DatasetSpec& d,
                                                    bool train, int classes) {
   const std::string prefix = train ? "train" : "t10k";
   const int64_t limit = train ? d.train_limit() : d.test_limit();
+  // Confined to the worker's --data_root (empty: as given, in tests).
+  std::string dir = d.dir();
+  if (!options_.data_root.empty()) {
+    ASSIGN_OR_RETURN(dir,
+                     ResolveConfined(options_.data_root, d.dir(), "dataset.dir"));
+  }
   const std::string key =
-      absl::StrCat(d.dir(), "|", prefix, "|", limit, "|", classes);
+      absl::StrCat(dir, "|", prefix, "|", limit, "|", classes);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second.get();
   ASSIGN_OR_RETURN(LabeledImages data,
-                   LoadIdxSplit(d.dir(), prefix, limit, classes));
+                   LoadIdxSplit(dir, prefix, limit, classes));
   auto owned = std::make_unique<LabeledImages>(std::move(data));
   const LabeledImages* raw = owned.get();
   cache_[key] = std::move(owned);

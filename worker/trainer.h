@@ -39,6 +39,9 @@ class Trainer {
  public:
   struct Options {
     std::string worker_id;
+    // dataset.dir is resolved under it and may not lead out of it
+    // (fulcrum-worker --data_root); empty: as given (tests).
+    std::string data_root;
     absl::Duration step_timeout = absl::Minutes(5);
     int eval_batch = 1000;
     // Straggler injection for tests and benchmarks: every step sleeps

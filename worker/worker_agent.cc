@@ -33,6 +33,7 @@ int WorkerAgent::Run() {
   Trainer::Options trainer_options;
   trainer_options.worker_id = link_.worker_id();
   trainer_options.metrics = options_.metrics;
+  trainer_options.data_root = options_.data_root;
   trainer_options.slowdown = options_.slowdown;
   trainer_options.step_delay = options_.step_delay;
   trainer_options.step_delay_jitter = options_.step_delay_jitter;

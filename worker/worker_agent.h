@@ -20,6 +20,7 @@ class WorkerAgent {
   struct Options {
     std::string coordinator = "127.0.0.1:7070";
     std::string device = "cpu";
+    std::string data_root;  // see Trainer::Options
     int max_jobs = 0;  // exit after this many jobs; 0 = serve forever
     WorkerMetrics* metrics = nullptr;  // Not owned; may be null.
     double slowdown = 1.0;  // straggler injection (see Trainer::Options)

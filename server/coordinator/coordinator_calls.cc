@@ -9,8 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/config/confined_path.h"
 #include "common/config/job_spec.h"
 #include "common/config/model_layout.h"
+#include "common/status/status_macros.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/job_status_view.h"
 
@@ -19,6 +21,17 @@ namespace fulcrum {
 absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
   ApplyDefaults(&spec);
   if (absl::Status valid = ValidateJobSpec(spec); !valid.ok()) return valid;
+  if (!options_.data_root.empty() && !spec.dataset().dir().empty()) {
+    RETURN_IF_ERROR(
+        ConfinedPath(options_.data_root, spec.dataset().dir(), "dataset.dir")
+            .status());
+  }
+  if (!options_.checkpoint_root.empty() &&
+      spec.checkpoint().every_steps() > 0) {
+    RETURN_IF_ERROR(ConfinedPath(options_.checkpoint_root,
+                                 spec.checkpoint().dir(), "checkpoint.dir")
+                        .status());
+  }
   std::unique_ptr<Job> job;
   uint64_t ticket = 0;
   {
@@ -54,6 +67,40 @@ std::vector<v1::JobStatus> Coordinator::ListJobs() const {
   for (const std::string& id : job_order_)
     out.push_back(JobStatusView(*jobs_.at(id), members_));
   return out;
+}
+
+absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(
+    const v1::ListJobsRequest& request) const {
+  constexpr int kDefaultPage = 100, kMaxPage = 1000;
+  if (request.page_size() < 0 || request.page_size() > kMaxPage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size must be in [0, ", kMaxPage, "], got ", request.page_size()));
+  }
+  const int size = request.page_size() == 0 ? kDefaultPage : request.page_size();
+  absl::MutexLock lock(&mu_);
+  auto it = job_order_.begin();
+  if (!request.page_token().empty()) {
+    it = std::find(job_order_.begin(), job_order_.end(), request.page_token());
+    if (it == job_order_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "page_token '", request.page_token().substr(0, 64),
+          "' is not a job of this coordinator (use a next_page_token)"));
+    }
+    ++it;
+  }
+  v1::ListJobsResponse response;
+  for (; it != job_order_.end() && response.jobs_size() < size; ++it) {
+    v1::JobStatus* s = response.add_jobs();
+    *s = JobStatusView(*jobs_.at(*it), members_);
+    s->clear_events();
+    s->clear_epochs();
+    s->clear_earlier_epochs();
+    s->clear_stalls();
+    s->mutable_spec()->mutable_model()->clear_tensors();
+  }
+  if (it != job_order_.end() && response.jobs_size() > 0)
+    response.set_next_page_token(response.jobs(response.jobs_size() - 1).job_id());
+  return response;
 }
 
 absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(

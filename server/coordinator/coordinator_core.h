@@ -69,6 +69,12 @@ class Coordinator {
     std::function<void(const std::string& role)> on_member_lost;
     // Durable state (journal.h); empty: none, a restart forgets jobs.
     std::string state_dir;
+    // The workers' --data_root and the shards' --checkpoint_root: a spec
+    // whose dataset.dir or checkpoint.dir leads out of them is refused at
+    // submit (lexically; the workers and shards also check links). Empty:
+    // not checked (tests).
+    std::string data_root;
+    std::string checkpoint_root;
   };
 
   // `shards` is not owned and must outlive the coordinator.
@@ -88,7 +94,12 @@ class Coordinator {
   // The user-facing calls.
   absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec);
   absl::StatusOr<v1::JobStatus> GetJob(const std::string& job_id) const;
+  // Every job's full status (metrics, tests).
   std::vector<v1::JobStatus> ListJobs() const;
+  // A page of summaries (ListJobsRequest); INVALID_ARGUMENT naming
+  // page_size or page_token.
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(
+      const v1::ListJobsRequest& request) const;
   absl::StatusOr<v1::JobStatus> CancelJob(const std::string& job_id);
   std::vector<v1::Member> ListMembers() const;
   // The job's parameters for `fulcrumctl export` (the CLI reaches shards

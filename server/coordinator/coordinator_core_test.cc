@@ -87,6 +87,46 @@ TEST_F(CoordinatorTest, RejectsInvalidSpecNamingTheField) {
   EXPECT_TRUE(coordinator_.ListJobs().empty());
 }
 
+// Spec paths outside the roots are refused at submit, naming the field,
+// and no job is created.
+TEST(CoordinatorRootsTest, SpecPathsOutsideTheRootsAreRefusedAtSubmit) {
+  testing::FaultInjectionEnv env;
+  InlineExecutor inline_executor;
+  FakeShards shards;
+  Coordinator::Options o;
+  o.env = &env;
+  o.executor = &inline_executor;
+  o.data_root = "/data";
+  o.checkpoint_root = "/ck";
+  Coordinator c(o, &shards);
+  struct Case {
+    std::string dataset, checkpoint, message;
+  } cases[] = {
+      {"/etc", "", "dataset.dir '/etc' is outside /data"},
+      {"../etc", "", "dataset.dir must not contain '..'"},
+      {"mnist", "../../etc", "checkpoint.dir must not contain '..'"},
+      {"/data/mnist", "/var/ck", "checkpoint.dir '/var/ck' is outside /ck"},
+  };
+  for (const Case& k : cases) {
+    v1::JobSpec spec = testing::TinySpec(1, 1, 1);
+    spec.mutable_dataset()->set_dir(k.dataset);
+    if (!k.checkpoint.empty()) {
+      spec.mutable_checkpoint()->set_every_steps(10);
+      spec.mutable_checkpoint()->set_dir(k.checkpoint);
+    }
+    absl::StatusOr<std::string> id = c.SubmitJob(spec);
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(id.status().message().find(k.message), std::string::npos)
+        << id.status();
+  }
+  EXPECT_TRUE(c.ListJobs().empty());
+  v1::JobSpec fine = testing::TinySpec(1, 1, 1);
+  fine.mutable_dataset()->set_dir("mnist");  // under /data
+  fine.mutable_checkpoint()->set_every_steps(10);
+  fine.mutable_checkpoint()->set_dir("/ck/j");
+  EXPECT_TRUE(c.SubmitJob(fine).ok());
+}
+
 TEST_F(CoordinatorTest, StartsWhenEnoughMembersThenSucceeds) {
   auto id = coordinator_.SubmitJob(Spec(2, 3, 2));
   ASSERT_TRUE(id.ok());
@@ -543,6 +583,45 @@ TEST_F(CoordinatorTest, ANonFiniteUpdateIsAnEventAndFailsTheJobIfAsked) {
       EXPECT_EQ(status.state(), v1::RUNNING) << status.message();
     }
   }
+}
+
+// ListJobs answers pages of summaries: however many jobs, one answer stays
+// small (two 5 MB specs made every later list fail before).
+TEST_F(CoordinatorTest, ListJobsPagesSummaries) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(*coordinator_.SubmitJob(Spec(1, 1, 1)));
+  AddWorker();
+  AddShard("127.0.0.1:1");
+  coordinator_.Tick();  // the first job starts: "joined" events
+  ASSERT_GT(coordinator_.GetJob(ids[0])->events_size(), 0);
+  v1::ListJobsRequest request;
+  request.set_page_size(2);
+  std::vector<std::string> listed;
+  int pages = 0;
+  do {
+    absl::StatusOr<v1::ListJobsResponse> page = coordinator_.ListJobs(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->jobs_size(), 2);
+    for (const v1::JobStatus& j : page->jobs()) {
+      listed.push_back(j.job_id());
+      EXPECT_EQ(j.events_size(), 0) << "a summary";
+      EXPECT_FALSE(j.spec().name().empty());
+    }
+    request.set_page_token(page->next_page_token());
+    ASSERT_LT(++pages, 10);
+  } while (!request.page_token().empty());
+  EXPECT_EQ(listed, ids);
+  EXPECT_EQ(pages, 3);
+  request.set_page_size(1001);
+  request.clear_page_token();
+  auto big = coordinator_.ListJobs(request);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("page_size"), std::string::npos);
+  request.set_page_size(0);
+  request.set_page_token("job-404");
+  auto bad = coordinator_.ListJobs(request);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("page_token"), std::string::npos);
 }
 
 TEST_F(CoordinatorTest, CancelAndUnknownJobs) {

@@ -51,6 +51,12 @@ ABSL_FLAG(bool, insecure, false,
 ABSL_FLAG(std::string, token_file, "",
           "file holding the API token fulcrumctl calls must carry (default: "
           "none needed)");
+ABSL_FLAG(std::string, data_root, "/usr/share/datasets",
+          "the workers' --data_root: a job whose dataset.dir leads out of it "
+          "is refused at submit");
+ABSL_FLAG(std::string, checkpoint_root, "/var/lib/fulcrum/checkpoints",
+          "the shards' --checkpoint_root: a job whose checkpoint.dir leads "
+          "out of it is refused at submit");
 ABSL_FLAG(int64_t, start_grace_ms, 1000,
           "once workers.min are idle, wait this long for up to workers.max");
 
@@ -90,6 +96,16 @@ int main(int argc, char** argv) {
     if (metrics != nullptr) metrics->MemberLost(role);
   };
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.data_root = absl::GetFlag(FLAGS_data_root);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  for (const std::string* root : {&options.data_root, &options.checkpoint_root}) {
+    if (root->empty() || (*root)[0] != '/') {
+      std::cerr << "fulcrum-coordinator: --data_root and --checkpoint_root "
+                   "must be absolute directories, got '"
+                << *root << "'\n";
+      return 2;
+    }
+  }
   fulcrum::Coordinator core(options, &shard_control);
   if (absl::Status recovered = core.Recover(); !recovered.ok()) {
     std::cerr << "fulcrum-coordinator: cannot load the state in "

@@ -41,11 +41,10 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
 }
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
-                                          const v1::ListJobsRequest*,
+                                          const v1::ListJobsRequest* r,
                                           v1::ListJobsResponse* out) {
   if (grpc::Status auth = Authorize(*context); !auth.ok()) return auth;
-  for (v1::JobStatus& s : core_->ListJobs()) *out->add_jobs() = std::move(s);
-  return grpc::Status::OK;
+  return Reply(core_->ListJobs(*r), out);
 }
 
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,

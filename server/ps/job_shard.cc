@@ -101,7 +101,8 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
   const v1::CheckpointSpec& ck = init.spec.checkpoint();
   if (ck.every_steps() > 0 && !ids.empty()) {
     job->checkpointer_ = std::make_unique<CheckpointWriter>(
-        CheckpointWriter::Options{ck.dir(), init.job_id, init.shard_index,
+        CheckpointWriter::Options{job->checkpoint_dir(), init.job_id,
+                                  init.shard_index,
                                   static_cast<int>(ids.size()), ck.keep(),
                                   init.on_checkpoint, init.env});
   }

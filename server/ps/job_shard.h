@@ -61,6 +61,10 @@ struct JobInit {
   int num_shards = 1;
   int64_t generation = 1;
   std::vector<std::string> workers;
+  // Where checkpoint files go: checkpoint.dir resolved under the shard's
+  // --checkpoint_root (service.cc); empty: checkpoint.dir as it is (tests).
+  // Not part of the job's identity.
+  std::string checkpoint_dir;
   // Called after each checkpoint write attempt (not part of the job's
   // identity: InitJob ignores it when comparing). May be null.
   std::function<void(int64_t step, double seconds, const absl::Status& status)>
@@ -221,6 +225,10 @@ class JobShard {
   const int64_t chunk_elems_;
   const Mode mode_;
   std::vector<int32_t> ids_;
+  const std::string& checkpoint_dir() const {
+    return init_.checkpoint_dir.empty() ? init_.spec.checkpoint().dir()
+                                        : init_.checkpoint_dir;
+  }
   std::vector<std::unique_ptr<PartitionState>>
       slots_;  // by partition id; null if not here
   std::atomic<bool> ended_{false};

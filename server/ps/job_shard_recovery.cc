@@ -181,7 +181,7 @@ absl::Status JobShard::RestoreCheckpoint(int64_t step) {
     return absl::InvalidArgumentError(
         absl::StrCat("restore_step must be >= 0, got ", step));
   if (step == 0) return RestoreInitial();
-  const std::string path = CheckpointPath(init_.spec.checkpoint().dir(),
+  const std::string path = CheckpointPath(checkpoint_dir(),
                                           init_.job_id, step, init_.shard_index);
   ASSIGN_OR_RETURN(CheckpointFile file, ReadCheckpoint(init_.env, path));
   if (file.job_id != init_.job_id || file.step != step ||
@@ -270,7 +270,7 @@ int64_t JobShard::LastCheckpoint() const {
 
 std::vector<int64_t> JobShard::CheckpointSteps() const {
   if (checkpointer_ == nullptr) return {};
-  return ListCheckpointSteps(init_.env, init_.spec.checkpoint().dir(),
+  return ListCheckpointSteps(init_.env, checkpoint_dir(),
                              init_.job_id, init_.shard_index);
 }
 

@@ -43,6 +43,10 @@ ABSL_FLAG(bool, insecure, false,
           "network only; default: refuse without TLS)");
 ABSL_FLAG(int64_t, step_timeout_s, 300,
           "longest a step waits for the other workers");
+ABSL_FLAG(std::string, checkpoint_root, "/var/lib/fulcrum/checkpoints",
+          "checkpoint files go under this directory: a job's checkpoint.dir "
+          "is taken from it (relative) or must lie in it (absolute), and may "
+          "not lead out of it");
 
 int main(int argc, char** argv) {
   fulcrum::TuneAllocatorForLargeMessages();
@@ -58,7 +62,14 @@ int main(int argc, char** argv) {
     std::cerr << "fulcrum-server: " << transport.message() << "\n";
     return 2;
   }
-  fulcrum::ParameterShard shard;
+  const std::string checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  if (checkpoint_root.empty() || checkpoint_root[0] != '/') {
+    std::cerr << "fulcrum-server: --checkpoint_root must be an absolute "
+                 "directory, got '"
+              << checkpoint_root << "'\n";
+    return 2;
+  }
+  fulcrum::ParameterShard shard(checkpoint_root);
   fulcrum::metrics::Registry registry;
   fulcrum::ShardMetrics metrics(registry);
   registry.AddCollector(

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/confined_path.h"
 #include "common/status/status_macros.h"
 
 namespace fulcrum {
@@ -25,7 +26,15 @@ absl::Status SameInit(const JobInit& have, const JobInit& want) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::InitJob(
-    const JobInit& init) {
+    const JobInit& given) {
+  JobInit init = given;
+  if (!checkpoint_root_.empty() &&
+      init.spec.checkpoint().every_steps() > 0) {
+    ASSIGN_OR_RETURN(init.checkpoint_dir,
+                     ResolveConfined(checkpoint_root_,
+                                     init.spec.checkpoint().dir(),
+                                     "checkpoint.dir"));
+  }
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(init.job_id);

@@ -23,8 +23,16 @@ class ParameterShard {
  public:
   static constexpr size_t kKeepEnded = 8;
 
+  // Checkpoint files go under `checkpoint_root` (fulcrum-server
+  // --checkpoint_root): a job's checkpoint.dir is resolved in it and may
+  // not lead out of it (common/config/confined_path.h). Empty: checkpoint.dir
+  // as given (unit tests).
+  explicit ParameterShard(std::string checkpoint_root = "")
+      : checkpoint_root_(std::move(checkpoint_root)) {}
+
   // Creates the job's partitions, or confirms an identical earlier InitJob.
-  // FAILED_PRECONDITION if the job exists with another spec or placement.
+  // FAILED_PRECONDITION if the job exists with another spec or placement;
+  // INVALID_ARGUMENT naming checkpoint.dir when it leads out of the root.
   absl::StatusOr<std::shared_ptr<JobShard>> InitJob(const JobInit& init);
   // NOT_FOUND if unknown.
   absl::StatusOr<std::shared_ptr<JobShard>> Find(
@@ -37,6 +45,7 @@ class ParameterShard {
   std::vector<std::string> JobIds() const;
 
  private:
+  const std::string checkpoint_root_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<JobShard>> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);  // oldest first

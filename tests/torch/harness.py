@@ -34,7 +34,9 @@ class Cluster:
         self._start("coordinator", [runfile("server/coordinator/fulcrum-coordinator"),
                                     "--listen=127.0.0.1:0", f"--port_file={port_file}",
                                     "--heartbeat_ms=200", f"--lease_ms={lease_ms}",
-                                    "--start_grace_ms=300"])
+                                    "--start_grace_ms=300", f"--checkpoint_root={self.dir}",
+                                    # the tests' IDX files are in their temp dirs
+                                    "--data_root=/"])
         self._wait(lambda: os.path.exists(port_file) and open(port_file).read().strip(),
                    10, "the coordinator's port")
         self.coordinator = "127.0.0.1:" + open(port_file).read().strip()
@@ -42,7 +44,7 @@ class Cluster:
             self._start(f"shard-{i}", [runfile("server/ps/fulcrum-server"),
                                        "--listen=127.0.0.1:0",
                                        f"--coordinator={self.coordinator}",
-                                       ])
+                                       f"--checkpoint_root={self.dir}"])
         self._wait(lambda: self.members("shard") >= shards, 20, "the shards to register")
 
     def _start(self, name, argv, env=None):

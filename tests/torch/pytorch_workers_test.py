@@ -249,6 +249,7 @@ class PyTorchWorkersTest(unittest.TestCase):
             "eval_every_steps: 20\n")
         self.cluster._start("cpp", [harness.runfile("worker/fulcrum-worker"),
                                     f"--coordinator={self.cluster.coordinator}",
+                                    f"--data_root={self.cluster.dir}",
                                     "--max_jobs=1", "--metrics_port=-1"])
         self.cluster.worker("torch", "train_worker.py", "--job", job_id,
                             "--model", "mlp", "--idx", data)
