@@ -257,9 +257,12 @@ void GrpcParameterChannel::ReceiveLoop(Stream* s) {
       absl::MutexLock lock(&s->mu);
       if (status.ok() || s->closing || s->cancelled) return;
     }
+    // RESOURCE_EXHAUSTED: the shard is at its stream bound (a flood of
+    // idle streams is cancelled within its hello timeout): try again.
     const bool retryable =
         status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-        status.error_code() == grpc::StatusCode::NOT_FOUND;
+        status.error_code() == grpc::StatusCode::NOT_FOUND ||
+        status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
     const absl::Time now = absl::Now();
     if (answered) {  // the connection worked: a fresh retry budget
       attempt = 0;

@@ -469,7 +469,13 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
         absl::StrCat("job file is not valid YAML/JSON: ", e.what()));
   }
   JobSpec spec;
-  absl::Status s = ParseRoot(root, &spec);
+  absl::Status s;
+  try {  // a conversion deep inside (a key that is a sequence, ...)
+    s = ParseRoot(root, &spec);
+  } catch (const YAML::Exception& e) {
+    s = absl::InvalidArgumentError(absl::StrCat(
+        "job file: ", std::string(e.what()).substr(0, 200)));
+  }
   if (!s.ok()) return s;
   ApplyDefaults(&spec);
   return spec;

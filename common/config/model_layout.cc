@@ -1,5 +1,8 @@
 #include "common/config/model_layout.h"
 
+#include <algorithm>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 
 namespace fulcrum {
@@ -25,6 +28,28 @@ absl::StatusOr<ParameterLayout> LayoutForSpec(const v1::JobSpec& spec) {
   }
   return ParameterLayout::ForMlp({m.layers().begin(), m.layers().end()},
                                  spec.shards(), spec.partition_bytes());
+}
+
+int64_t ShardBytes(const v1::JobSpec& spec, const ParameterLayout& layout) {
+  const std::string& t = spec.optimizer().type();
+  const int64_t slots = t == "momentum" || t == "nesterov" ? 1
+                        : t == "adam" || t == "adamw"      ? 2
+                                                           : 0;
+  const std::string& mode = spec.consistency().mode();
+  const bool barrier = mode.empty() || mode == "sync" ||
+                       (mode == "ssp" && spec.consistency().staleness() == 0);
+  // Floats per parameter: values and state, twice (the undo copy or the
+  // next version), plus the step's sum or the members' staging.
+  const int64_t floats = 2 * (1 + slots) +
+                         (barrier ? 1 : std::max(1, spec.workers().max()));
+  int64_t most = 0;
+  for (int shard = 0; shard < spec.shards(); ++shard) {
+    int64_t elems = 0;
+    for (int32_t id : layout.PartitionsOfShard(shard))
+      elems += layout.partitions()[id].size;
+    most = std::max(most, elems);
+  }
+  return most * floats * 4;
 }
 
 }  // namespace fulcrum

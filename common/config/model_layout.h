@@ -15,6 +15,12 @@ namespace fulcrum {
 // declared tensors (FAILED_PRECONDITION while none are declared).
 absl::StatusOr<ParameterLayout> LayoutForSpec(const v1::JobSpec& spec);
 
+// The most bytes one of the job's shards holds for it: its partitions'
+// values and optimizer state, and the aggregation's buffers (sync: the
+// previous version and the step's sum; ssp/async: the next version and
+// one staging copy per worker, workers.max of them).
+int64_t ShardBytes(const v1::JobSpec& spec, const ParameterLayout& layout);
+
 // The declared tensors as the layout's TensorInfo (offsets not yet set).
 std::vector<TensorInfo> TensorsOf(const v1::ModelSpec& model);
 

@@ -1,3 +1,4 @@
+#include <grpcpp/resource_quota.h>
 #include "common/net/grpc_options.h"
 
 #include <grpcpp/create_channel.h>
@@ -22,9 +23,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, ChannelCredentials(), args);
 }
 
-void ConfigureServer(grpc::ServerBuilder* builder) {
+void ConfigureServer(grpc::ServerBuilder* builder, int max_threads) {
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
+  if (max_threads > 0) {
+    grpc::ResourceQuota quota("fulcrum-server-threads");
+    quota.SetMaxThreads(max_threads);
+    builder->SetResourceQuota(quota);
+  }
 }
 
 void SetTimeout(grpc::ClientContext* context,

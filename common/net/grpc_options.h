@@ -25,8 +25,10 @@ inline constexpr int kMaxMessageBytes = 8 << 20;
 // (common/net/transport.h: TLS when configured, else plaintext).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
-// Applies the same limits to a server.
-void ConfigureServer(grpc::ServerBuilder* builder);
+// Applies the same limits to a server, and at most `max_threads` threads
+// for calls (a sync server takes one per call in progress; past the bound a
+// call is RESOURCE_EXHAUSTED "Server Threadpool Exhausted"). 0: no bound.
+void ConfigureServer(grpc::ServerBuilder* builder, int max_threads = 0);
 
 // Sets a deadline `timeout` from now on `context`.
 void SetTimeout(grpc::ClientContext* context,

@@ -17,6 +17,14 @@
 #include "server/coordinator/job_status_view.h"
 
 namespace fulcrum {
+namespace {
+
+// An id as echoed in an error: at most 64 bytes of what the caller sent.
+std::string Id(const std::string& id) {
+  return id.size() <= 64 ? id : absl::StrCat(id.substr(0, 64), "...");
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
   ApplyDefaults(&spec);
@@ -32,10 +40,26 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
                                  spec.checkpoint().dir(), "checkpoint.dir")
                         .status());
   }
+  // A model no registered shard could hold is refused now, not left
+  // PENDING (or crash a shard) later.
+  int64_t shard_bytes = 0;
+  if (absl::StatusOr<ParameterLayout> layout = LayoutForSpec(spec);
+      layout.ok()) {
+    shard_bytes = ShardBytes(spec, *layout);
+  }
   std::unique_ptr<Job> job;
   uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
+    const int64_t largest = members_.LargestShardMemory();
+    if (largest >= 0 && shard_bytes > largest) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model: a shard would hold ", shard_bytes, " bytes of this job ",
+          "(parameters, optimizer state and aggregation buffers over ",
+          spec.shards(), " shards); the largest registered shard declares ",
+          largest, " (fulcrum-server --memory_bytes): use more shards or a "
+          "smaller model"));
+    }
     const std::string id = absl::StrCat("job-", next_job_++);
     job = std::make_unique<Job>(id, std::move(spec), options_.env->Now());
     ticket = std::max(Persist(*job), PersistCounters());
@@ -57,7 +81,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::GetJob(
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end())
-    return absl::NotFoundError(absl::StrCat("job_id '", job_id, "' not found"));
+    return absl::NotFoundError(absl::StrCat("job_id '", Id(job_id), "' not found"));
   return JobStatusView(*it->second, members_);
 }
 
@@ -112,7 +136,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(
     Job* job = FindJob(job_id);
     if (job == nullptr)
       return absl::NotFoundError(
-          absl::StrCat("job_id '", job_id, "' not found"));
+          absl::StrCat("job_id '", Id(job_id), "' not found"));
     if (job->phase == JobPhase::kEnded) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job_id, " already ended (",
@@ -160,7 +184,7 @@ absl::Status Coordinator::ExportJob(
     Job* job = FindJob(job_id);
     if (job == nullptr)
       return absl::NotFoundError(
-          absl::StrCat("job_id '", job_id, "' not found"));
+          absl::StrCat("job_id '", Id(job_id), "' not found"));
     if (job->spec().optimizer().type() == "average") {
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", job_id, " uses optimizer.type average: its shards hold the "
@@ -218,7 +242,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
       const Job* job = FindJob(request.job_id());
       if (job == nullptr) {
         return absl::NotFoundError(
-            absl::StrCat("job_id '", request.job_id(), "' not found"));
+            absl::StrCat("job_id '", Id(request.job_id()), "' not found"));
       }
       if (job->phase == JobPhase::kEnded) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -334,7 +358,7 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
   WorkerMember* w = AdoptOrFind(request);
   if (w == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("worker_id '", request.worker_id(),
+        absl::StrCat("worker_id '", Id(request.worker_id()),
                      "' is not registered (lease expired?): register again"));
   }
   w->last_heartbeat = options_.env->Now();
@@ -352,9 +376,15 @@ absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
 absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
     const v1::RegisterShardRequest& request) {
   if (request.address().empty() ||
-      request.address().find(':') == std::string::npos) {
+      request.address().find(':') == std::string::npos ||
+      request.address().size() > 261) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "address must be host:port, got '", request.address(), "'"));
+        "address must be host:port, got '", request.address().substr(0, 64),
+        "'"));
+  }
+  if (request.memory_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory_bytes must be >= 0, got ", request.memory_bytes()));
   }
   v1::RegisterShardResponse response;
   uint64_t ticket = 0;
@@ -372,6 +402,7 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
     bool persist = false;
     ShardMember& s =
         members_.AddShard(request.address(), options_.env->Now(), &persist);
+    s.memory_bytes = request.memory_bytes();
     if (persist) ticket = PersistCounters();
     response.set_shard_id(s.id);
   }
@@ -391,7 +422,7 @@ void Coordinator::TakeNonFinite(Job& job, const std::string& shard_id,
   const std::string what = absl::StrCat(
       "step ", n.step(), ": the update of partition ", n.partition(),
       " would have made values non-finite and was not applied (largest "
-      "gradient element ", n.largest(), " from ", n.worker_id(), ")");
+      "gradient element at least ", n.largest(), " from ", n.worker_id(), ")");
   std::cerr << "fulcrum-coordinator: job " << job.id() << " " << what << "\n";
   AddEvent(job, "nonfinite", n.worker_id(), n.step());
   if (job.spec().optimizer().on_nonfinite() == "fail_job") {
@@ -443,12 +474,13 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardBeat(
   if (s == nullptr && members_.Adoptable(request.shard_id(), "s-") &&
       !request.address().empty()) {
     s = &members_.AdoptShard(request.shard_id(), request.address());
+    s->memory_bytes = request.memory_bytes();
     std::cerr << "fulcrum-coordinator: re-adopted shard " << s->id << " at "
               << s->address << "\n";
   }
   if (s == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("shard_id '", request.shard_id(),
+        absl::StrCat("shard_id '", Id(request.shard_id()),
                      "' is not registered (lease expired?): register again"));
   }
   s->last_heartbeat = options_.env->Now();
@@ -475,7 +507,7 @@ absl::Status Coordinator::Leave(const std::string& member_id) {
   }
   if (!members_.RemoveShard(member_id)) {
     return absl::NotFoundError(
-        absl::StrCat("member_id '", member_id, "' not found"));
+        absl::StrCat("member_id '", Id(member_id), "' not found"));
   }
   LoseShard(member_id);
   return absl::OkStatus();
@@ -547,11 +579,11 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
         w == nullptr && members_.Adoptable(request.worker_id(), "w-");
     if (w == nullptr && !adopt) {
       return absl::NotFoundError(
-          absl::StrCat("worker_id '", request.worker_id(), "' not found"));
+          absl::StrCat("worker_id '", Id(request.worker_id()), "' not found"));
     }
     if (job == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("job_id '", request.job_id(), "' not found"));
+          absl::StrCat("job_id '", Id(request.job_id()), "' not found"));
     }
     if (!job->in_generation(request.worker_id())) {
       return absl::PermissionDeniedError(
@@ -583,7 +615,7 @@ absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
   Job* job = FindJob(request.job_id());
   if (job == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("job_id '", request.job_id(), "' not found"));
+        absl::StrCat("job_id '", Id(request.job_id()), "' not found"));
   }
   WorkerMember* w = members_.FindWorker(request.worker_id());
   if (job->phase == JobPhase::kRecovering ||
@@ -594,7 +626,7 @@ absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
   }
   if (w == nullptr || !job->in_generation(request.worker_id())) {
     return absl::PermissionDeniedError(
-        absl::StrCat("worker_id '", request.worker_id(),
+        absl::StrCat("worker_id '", Id(request.worker_id()),
                      "' is not a member of ", request.job_id()));
   }
   if (!job->running()) {
@@ -695,7 +727,7 @@ absl::StatusOr<v1::DeclareModelResponse> Coordinator::DeclareModel(
     Job* job = FindJob(request.job_id());
     if (job == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("job_id '", request.job_id(), "' not found"));
+          absl::StrCat("job_id '", Id(request.job_id()), "' not found"));
     }
     if (w->pinned_job != request.job_id()) {
       return absl::PermissionDeniedError(

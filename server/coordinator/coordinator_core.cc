@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/config/model_layout.h"
 #include "server/coordinator/job_status_view.h"
 #include "server/coordinator/placement.h"
 
@@ -91,11 +92,14 @@ void Coordinator::ExpireLeases(absl::Time now, Effects* e) {
   }
 }
 
-std::map<std::string, int> Coordinator::ShardLoad() const {
-  std::map<std::string, int> load;
+std::map<std::string, ShardUse> Coordinator::ShardLoad() const {
+  std::map<std::string, ShardUse> load;
   for (const auto& [id, job] : jobs_) {
     if (!job->running() && job->phase != JobPhase::kStarting) continue;
-    for (const std::string& s : job->status.shards()) ++load[s];
+    for (const std::string& s : job->status.shards()) {
+      ++load[s].jobs;
+      load[s].bytes += job->shard_bytes;
+    }
   }
   return load;
 }
@@ -113,9 +117,11 @@ void Coordinator::StartJobs(absl::Time now, Effects* e) {
       continue;
     }
     std::vector<std::string> idle = members_.IdleWorkers(job_id, job.external());
+    if (absl::StatusOr<ParameterLayout> layout = LayoutForSpec(spec); layout.ok())
+      job.shard_bytes = ShardBytes(spec, *layout);
     const auto candidates = members_.Candidates(ShardLoad());
     const std::vector<std::string> shard_ids =
-        PlaceShards(candidates, spec.shards());
+        PlaceShards(candidates, spec.shards(), job.shard_bytes);
     if (static_cast<int>(idle.size()) < spec.workers().min() ||
         shard_ids.empty()) {
       job.ready_since = absl::InfinitePast();
@@ -127,8 +133,16 @@ void Coordinator::StartJobs(absl::Time now, Effects* e) {
                                        idle.size(), " idle now)"));
       }
       if (shard_ids.empty()) {
-        lacking.push_back(absl::StrCat(spec.shards(), " shards (",
-                                       candidates.size(), " registered)"));
+        const int fit = static_cast<int>(std::count_if(
+            candidates.begin(), candidates.end(),
+            [&](const ShardCandidate& c) { return c.Fits(job.shard_bytes); }));
+        lacking.push_back(
+            fit == static_cast<int>(candidates.size())
+                ? absl::StrCat(spec.shards(), " shards (", candidates.size(),
+                               " registered)")
+                : absl::StrCat(spec.shards(), " shards with ",
+                               job.shard_bytes, " bytes free (", fit, " of ",
+                               candidates.size(), " registered have them)"));
       }
       job.status.set_message(
           absl::StrCat("waiting for ", absl::StrJoin(lacking, " and ")));
@@ -298,7 +312,8 @@ bool Coordinator::ReplaceLostShards(Job& job) {
   for (int index : std::set<int>(job.next.missing_shards)) {
     std::optional<ShardCandidate> best = ReplacementShard(
         members_.Candidates(ShardLoad()), job.shard_addresses[index],
-        {job.status.shards().begin(), job.status.shards().end()});
+        {job.status.shards().begin(), job.status.shards().end()},
+        job.shard_bytes);
     if (!best.has_value()) {
       job.status.set_message(
           absl::StrCat("waiting for a shard to replace shard ", index, " (",

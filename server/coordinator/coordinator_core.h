@@ -157,7 +157,7 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReplaceLostShards(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RoundPlan PlanRound(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::map<std::string, int> ShardLoad() const
+  std::map<std::string, ShardUse> ShardLoad() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Work on the executor, committing under the lock.

@@ -587,6 +587,40 @@ TEST_F(CoordinatorTest, ANonFiniteUpdateIsAnEventAndFailsTheJobIfAsked) {
 
 // ListJobs answers pages of summaries: however many jobs, one answer stays
 // small (two 5 MB specs made every later list fail before).
+// Shards declare their memory: a model no registered shard could hold is
+// refused at submit; one that fits only some shards waits for them, saying
+// so.
+TEST_F(CoordinatorTest, AJobTooLargeForTheShardsIsRefusedOrWaitsSayingWhy) {
+  v1::RegisterShardRequest small;
+  small.set_address("127.0.0.1:1");
+  small.set_memory_bytes(100);
+  ASSERT_TRUE(coordinator_.RegisterShard(small).ok());
+  // 10 parameters with momentum: 5 floats each on its shard, 200 bytes.
+  absl::StatusOr<std::string> refused = coordinator_.SubmitJob(Spec(1, 1, 1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "a shard would hold 200 bytes of this job"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_TRUE(coordinator_.ListJobs().empty());
+  v1::RegisterShardRequest big = small;
+  big.set_address("127.0.0.1:2");
+  big.set_memory_bytes(1000);
+  ASSERT_TRUE(coordinator_.RegisterShard(big).ok());
+  auto id = coordinator_.SubmitJob(Spec(1, 1, 2));  // 2 shards: 1 fits
+  ASSERT_TRUE(id.ok()) << id.status();
+  AddWorker();
+  coordinator_.Tick();
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.state(), v1::PENDING);
+  EXPECT_NE(status.message().find("2 shards with"), std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("(1 of 2 registered have them)"),
+            std::string::npos)
+      << status.message();
+  EXPECT_TRUE(shards_.inits.empty());
+}
+
 TEST_F(CoordinatorTest, ListJobsPagesSummaries) {
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(*coordinator_.SubmitJob(Spec(1, 1, 1)));

@@ -65,6 +65,7 @@ struct Job {
   absl::Time recover_after = absl::InfinitePast();  // kRecovering
   absl::Time ready_since = absl::InfinitePast();    // kWaiting: min idle
   std::vector<std::string> shard_addresses;         // by shard index
+  int64_t shard_bytes = 0;  // the most one shard holds for it (ShardBytes)
   // Shard indexes that wait for the model's values from a member (an
   // external model; rank 0 is told to upload them).
   std::set<int> awaiting_values;

@@ -57,6 +57,8 @@ ABSL_FLAG(std::string, data_root, "/usr/share/datasets",
 ABSL_FLAG(std::string, checkpoint_root, "/var/lib/fulcrum/checkpoints",
           "the shards' --checkpoint_root: a job whose checkpoint.dir leads "
           "out of it is refused at submit");
+ABSL_FLAG(int, max_threads, 256,
+          "calls served at once; past it a call is RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, start_grace_ms, 1000,
           "once workers.min are idle, wait this long for up to workers.max");
 
@@ -119,7 +121,8 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, fulcrum::ServerCredentials(), &port);
-  fulcrum::ConfigureServer(&builder);
+  // Every call here is short (unary, bounded work): a bounded pool.
+  fulcrum::ConfigureServer(&builder, absl::GetFlag(FLAGS_max_threads));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -142,13 +142,26 @@ bool MemberRegistry::RemoveShard(const std::string& id) {
 }
 
 std::vector<ShardCandidate> MemberRegistry::Candidates(
-    const std::map<std::string, int>& load) const {
+    const std::map<std::string, ShardUse>& use) const {
   std::vector<ShardCandidate> out;
   for (const auto& [id, s] : shards_) {
-    auto l = load.find(id);
-    out.push_back({id, s.address, l == load.end() ? 0 : l->second});
+    auto u = use.find(id);
+    const ShardUse used = u == use.end() ? ShardUse{} : u->second;
+    out.push_back({id, s.address, used.jobs,
+                   s.memory_bytes > 0 ? std::max<int64_t>(0, s.memory_bytes -
+                                                                 used.bytes)
+                                      : -1});
   }
   return out;
+}
+
+int64_t MemberRegistry::LargestShardMemory() const {
+  int64_t most = -1;
+  for (const auto& [id, s] : shards_) {
+    if (s.memory_bytes <= 0) return -1;
+    most = std::max(most, s.memory_bytes);
+  }
+  return most;
 }
 
 std::vector<v1::Member> MemberRegistry::List(absl::Time now) const {

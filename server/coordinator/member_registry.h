@@ -39,6 +39,7 @@ struct WorkerMember {
 struct ShardMember {
   std::string id, address;
   absl::Time last_heartbeat;
+  int64_t memory_bytes = 0;  // declared; 0: no limit
 };
 
 class MemberRegistry {
@@ -87,9 +88,12 @@ class MemberRegistry {
   void RemoveWorker(const std::string& id);
   bool RemoveShard(const std::string& id);
 
-  // The shards as placement candidates, with `load` jobs each (by id).
+  // The shards as placement candidates, with what they serve (by id).
   std::vector<ShardCandidate> Candidates(
-      const std::map<std::string, int>& load) const;
+      const std::map<std::string, ShardUse>& use) const;
+  // The most bytes a registered shard declares; -1: one declares no limit
+  // (or none is registered).
+  int64_t LargestShardMemory() const;
   std::vector<v1::Member> List(absl::Time now) const;
 
  private:

@@ -5,7 +5,12 @@
 namespace fulcrum {
 
 std::vector<std::string> PlaceShards(std::vector<ShardCandidate> candidates,
-                                     int count) {
+                                     int count, int64_t bytes) {
+  candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                  [bytes](const ShardCandidate& c) {
+                                    return !c.Fits(bytes);
+                                  }),
+                   candidates.end());
   if (static_cast<int>(candidates.size()) < count) return {};
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const ShardCandidate& a, const ShardCandidate& b) {
@@ -18,10 +23,12 @@ std::vector<std::string> PlaceShards(std::vector<ShardCandidate> candidates,
 
 std::optional<ShardCandidate> ReplacementShard(
     const std::vector<ShardCandidate>& candidates,
-    const std::string& lost_address, const std::vector<std::string>& excluded) {
+    const std::string& lost_address, const std::vector<std::string>& excluded,
+    int64_t bytes) {
   std::optional<ShardCandidate> best;
   for (const ShardCandidate& c : candidates) {
-    if (std::find(excluded.begin(), excluded.end(), c.id) != excluded.end())
+    if (std::find(excluded.begin(), excluded.end(), c.id) != excluded.end() ||
+        !c.Fits(bytes))
       continue;
     if (c.address == lost_address) return c;
     if (!best.has_value() || c.load < best->load) best = c;

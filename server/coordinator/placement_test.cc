@@ -25,5 +25,18 @@ TEST(PlacementTest, AReplacementPrefersTheRestartedProcessThenTheLeastLoaded) {
       ReplacementShard(shards, "a:7", {"s-1", "s-5", "s-6"}).has_value());
 }
 
+// A shard takes no more bytes than it declared free (-1: no limit).
+TEST(PlacementTest, OnlyShardsWithTheBytesFreeAreChosen) {
+  const std::vector<ShardCandidate> shards = {{"s-1", "a:1", 0, 100},
+                                              {"s-2", "a:2", 3, 5000},
+                                              {"s-3", "a:3", 1, -1}};
+  EXPECT_EQ(PlaceShards(shards, 2, 1000),
+            (std::vector<std::string>{"s-3", "s-2"}));
+  EXPECT_TRUE(PlaceShards(shards, 3, 1000).empty()) << "s-1 is too small";
+  EXPECT_EQ(PlaceShards(shards, 3, 100).size(), 3u);
+  EXPECT_EQ(ReplacementShard(shards, "a:1", {}, 1000)->id, "s-3")
+      << "the restarted process at a:1 is too small now";
+}
+
 }  // namespace
 }  // namespace fulcrum

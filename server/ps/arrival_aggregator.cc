@@ -103,7 +103,7 @@ class ArrivalAggregator : public Aggregator {
     p.tracker.ClearMember(member);
     return absl::InvalidArgumentError(absl::StrCat(
         "push.data of step ", c.step, ": applying this worker's gradient "
-        "would make partition ", c.partition, " non-finite (largest element ",
+        "would make partition ", c.partition, " non-finite (largest element at least ",
         r.largest, "); not applied"));
   }
 

@@ -266,7 +266,8 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
       return absl::InvalidArgumentError(absl::StrCat(
           "push.data of step ", r.step, ": the update of partition ",
           partition, " would have made values non-finite and was not "
-          "applied; this worker's push held the largest element (", r.largest,
+          "applied; this worker's push held the largest element (at least ",
+          r.largest,
           ")"));
     }
     if (cancelled && cancelled())

@@ -1,7 +1,10 @@
 // fulcrum-server: one parameter shard.
+#include <unistd.h>
+
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -43,6 +46,17 @@ ABSL_FLAG(bool, insecure, false,
           "network only; default: refuse without TLS)");
 ABSL_FLAG(int64_t, step_timeout_s, 300,
           "longest a step waits for the other workers");
+ABSL_FLAG(int, max_streams, 1024,
+          "worker streams served at once; one more is RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, hello_timeout_ms, 10000,
+          "a stream that sends no hello within this long is closed");
+ABSL_FLAG(int64_t, idle_timeout_s, 600,
+          "a stream that sends nothing for this long (between its steps) is "
+          "closed");
+ABSL_FLAG(int64_t, memory_bytes, -1,
+          "bytes this shard may hold for jobs, declared to the coordinator, "
+          "which places no more here; -1: 80% of the machine's memory; 0: no "
+          "limit");
 ABSL_FLAG(std::string, checkpoint_root, "/var/lib/fulcrum/checkpoints",
           "checkpoint files go under this directory: a job's checkpoint.dir "
           "is taken from it (relative) or must lie in it (absolute), and may "
@@ -69,17 +83,30 @@ int main(int argc, char** argv) {
               << checkpoint_root << "'\n";
     return 2;
   }
+  int64_t memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
+  if (memory_bytes < 0) {
+    memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+                   sysconf(_SC_PAGESIZE) / 10 * 8;
+  }
   fulcrum::ParameterShard shard(checkpoint_root);
   fulcrum::metrics::Registry registry;
   fulcrum::ShardMetrics metrics(registry);
   registry.AddCollector(
       [&] { metrics.jobs.WithLabels().Set(shard.JobIds().size()); });
-  fulcrum::ParameterServerService service(
-      &shard, {absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s)), &metrics});
+  fulcrum::ParameterServerService::Options service_options;
+  service_options.step_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  service_options.metrics = &metrics;
+  service_options.max_streams = std::max(1, absl::GetFlag(FLAGS_max_streams));
+  service_options.hello_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_hello_timeout_ms));
+  service_options.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_idle_timeout_s));
+  fulcrum::ParameterServerService service(&shard, service_options);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, fulcrum::ServerCredentials(), &port);
-  fulcrum::ConfigureServer(&builder);
+  // Streams, plus room for the coordinator's calls and pulls.
+  fulcrum::ConfigureServer(&builder, service_options.max_streams + 64);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
@@ -93,7 +120,7 @@ int main(int argc, char** argv) {
             << fulcrum::DescribeTransport(insecure) << ")\n";
   fulcrum::ShardAgent agent(
       absl::GetFlag(FLAGS_coordinator), advertise, &shard,
-      absl::Seconds(absl::GetFlag(FLAGS_stall_threshold_s)));
+      absl::Seconds(absl::GetFlag(FLAGS_stall_threshold_s)), memory_bytes);
   auto metrics_server = fulcrum::metrics::ServeProcessMetrics(
       "server", absl::GetFlag(FLAGS_metrics_address),
       absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file),

@@ -41,7 +41,9 @@ TEST(NonFiniteTest, SyncHoldsTheStepBackAndNamesTheLargestPush) {
   EXPECT_EQ(seen[0].worker_id, "b");
   EXPECT_EQ(seen[0].step, 1);
   EXPECT_EQ(seen[0].partition, 0);
-  EXPECT_FLOAT_EQ(seen[0].largest, 1e37f);
+  // To within a factor 2 (the validation pass keeps the largest exponent).
+  EXPECT_LE(seen[0].largest, 1e37f);
+  EXPECT_GT(seen[0].largest, 0.5e37f);
   EXPECT_EQ(j.LastNonFinite().count, 1);
 
   // b's read fails saying why; a's waits for the generation to change.

@@ -8,13 +8,15 @@
 namespace fulcrum {
 namespace {
 
-// 1 when v is NaN or infinite: its exponent bits all set. Integer work
-// that the loops below vectorize, OR-reduced into one flag.
+// Bit 31 set when v is NaN or infinite (its exponent bits all set: adding
+// one exponent step carries into bit 31). Three integer operations that
+// the loops below vectorize, OR-reduced into one flag (Finite()).
 inline uint32_t NonFinite(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
-  return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  return (bits & 0x7f800000u) + 0x00800000u;
 }
+inline bool Finite(uint32_t flags) { return (flags >> 31) == 0; }
 
 }  // namespace
 
@@ -100,7 +102,7 @@ bool ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
         w_out[i] = g;
         bad |= NonFinite(g);
       }
-      return bad == 0;
+      return Finite(bad);
     case OptimizerConfig::Type::kSgd:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];
@@ -108,7 +110,7 @@ bool ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
         w_out[i] = out;
         bad |= NonFinite(out);
       }
-      return bad == 0;
+      return Finite(bad);
     case OptimizerConfig::Type::kMomentum:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];
@@ -116,9 +118,9 @@ bool ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
         const float out = w - lr * v;
         state_out[i] = v;
         w_out[i] = out;
-        bad |= NonFinite(v) | NonFinite(out);
+        bad |= NonFinite(out);  // v infinite: out is too (lr > 0)
       }
-      return bad == 0;
+      return Finite(bad);
     case OptimizerConfig::Type::kNesterov:
       for (int64_t i = 0; i < n; ++i) {
         const float w = w_in[i];
@@ -127,9 +129,9 @@ bool ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
         const float out = w - lr * (g + mu * v);
         state_out[i] = v;
         w_out[i] = out;
-        bad |= NonFinite(v) | NonFinite(out);
+        bad |= NonFinite(out);
       }
-      return bad == 0;
+      return Finite(bad);
     case OptimizerConfig::Type::kAdam:
     case OptimizerConfig::Type::kAdamW: {
       const bool decoupled = c.type == OptimizerConfig::Type::kAdamW;
@@ -156,12 +158,14 @@ bool ApplyUpdate(const OptimizerConfig& c, int64_t step, int64_t updates,
         m_out[i] = m;
         v_out[i] = v;
         w_out[i] = out;
-        bad |= NonFinite(m) | NonFinite(v) | NonFinite(out);
+        // An infinite second moment leaves out finite (m / inf): checked
+        // too; an infinite m makes v infinite.
+        bad |= NonFinite(v) | NonFinite(out);
       }
-      return bad == 0;
+      return Finite(bad);
     }
   }
-  return bad == 0;
+  return Finite(bad);
 }
 
 bool SetBuffers(const std::vector<std::pair<int64_t, int64_t>>& ranges,
@@ -174,7 +178,7 @@ bool SetBuffers(const std::vector<std::pair<int64_t, int64_t>>& ranges,
       bad |= NonFinite(v);
     }
   }
-  return bad == 0;
+  return Finite(bad);
 }
 
 }  // namespace fulcrum

@@ -58,7 +58,9 @@ absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::Find(
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' is not known to this shard"));
+        absl::StrCat("job '", job_id.substr(0, 64),
+                     job_id.size() > 64 ? "...'" : "'",
+                     " is not known to this shard"));
   }
   return it->second;
 }

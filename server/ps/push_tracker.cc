@@ -9,18 +9,20 @@
 namespace fulcrum {
 namespace {
 
-// One pass: the largest |element| as bits (for non-negative floats the bit
-// patterns order like the values; NaN and inf above every finite one).
+// One pass, the largest exponent: 255 means a NaN or an infinity; else the
+// largest |element| is below 2^(top - 126). A byte max vectorizes on plain
+// SSE2 (pmaxub), where a 32-bit one does not.
 absl::Status CheckFinite(const Partition& p, const PushChunk& c, int64_t n,
                          float* largest) {
-  uint32_t top = 0;
+  uint8_t top = 0;
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, c.data + 4 * i, 4);
-    top = std::max(top, bits & 0x7fffffffu);
+    top = std::max(top, static_cast<uint8_t>(bits >> 23));
   }
-  if (top < 0x7f800000u) {
-    if (largest != nullptr) std::memcpy(largest, &top, 4);
+  if (top != 0xff) {
+    if (largest != nullptr)
+      *largest = top == 0 ? 0.0f : std::ldexp(1.0f, static_cast<int>(top) - 127);
     return absl::OkStatus();
   }
   for (int64_t i = 0; i < n; ++i) {

@@ -26,7 +26,9 @@ struct PushChunk {
   bool stop = false;
   int64_t generation = 1;  // of the pushing stream
   DataRange range;         // chunk sharding: the samples behind it
-  float largest = 0.0f;    // largest |element| (ValidatePush finds it)
+  // Its largest |element|, to within a factor 2 (at most twice this);
+  // ValidatePush finds it.
+  float largest = 0.0f;
 };
 
 // What a push did.

@@ -119,10 +119,34 @@ grpc::Status ParameterServerService::EndJob(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+absl::Status ParameterServerService::Admit(grpc::ServerContext* context,
+                                           uint64_t* watch) {
+  if (open_streams_.fetch_add(1) >= options_.max_streams) {
+    open_streams_.fetch_sub(1);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this shard serves ", options_.max_streams,
+        " streams already (fulcrum-server --max_streams); retry later"));
+  }
+  metrics_->streams.WithLabels().Set(open_streams_.load());
+  *watch = watchdog_.Arm(absl::Now() + options_.hello_timeout,
+                         [context] { context->TryCancel(); });
+  return absl::OkStatus();
+}
+
+void ParameterServerService::Leave(uint64_t watch) {
+  watchdog_.Disarm(watch);  // after this, no TryCancel on a gone context
+  metrics_->streams.WithLabels().Set(open_streams_.fetch_sub(1) - 1);
+}
+
 grpc::Status ParameterServerService::Stream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) {
-  absl::Status s = ServeStream(context, stream);
+  uint64_t watch = 0;
+  absl::Status s = Admit(context, &watch);
+  if (s.ok()) {
+    s = ServeStream(context, stream, watch);
+    Leave(watch);
+  }
   if (!s.ok() && s.code() != absl::StatusCode::kCancelled) {
     metrics_->Rejected(
         absl::AsciiStrToLower(absl::StatusCodeToString(s.code())));
@@ -132,9 +156,17 @@ grpc::Status ParameterServerService::Stream(
 
 absl::Status ParameterServerService::ServeStream(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) {
+    grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream,
+    uint64_t watch) {
   v1::StreamRequest request;
-  if (!stream->Read(&request)) return absl::OkStatus();
+  if (!stream->Read(&request)) {
+    return context->IsCancelled()
+               ? absl::DeadlineExceededError(absl::StrCat(
+                     "no hello within ", absl::FormatDuration(
+                                             options_.hello_timeout)))
+               : absl::OkStatus();
+  }
+  Busy(watch);
   if (!request.has_hello()) {
     return absl::FailedPreconditionError(
         "the first message of a stream must be hello");
@@ -151,7 +183,10 @@ absl::Status ParameterServerService::ServeStream(
                                       {hello.job_id(), hello.worker_id(),
                                        hello.generation()},
                                       std::move(options), &writer));
-  while (stream->Read(&request)) {
+  for (;;) {
+    Idle(watch, options_.idle_timeout);
+    if (!stream->Read(&request)) break;
+    Busy(watch);  // a read may wait for the other workers (step_timeout)
     if (!request.has_push()) {
       return absl::InvalidArgumentError(
           "hello may only be the first message of a stream");
@@ -159,6 +194,10 @@ absl::Status ParameterServerService::ServeStream(
     PushChunk chunk;
     RETURN_IF_ERROR(FromProto(request.push(), &chunk));
     RETURN_IF_ERROR(worker->Push(chunk));
+  }
+  if (context->IsCancelled()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no message within ", absl::FormatDuration(options_.idle_timeout)));
   }
   return absl::OkStatus();
 }
@@ -220,22 +259,36 @@ grpc::Status ParameterServerService::Pull(
 }
 
 grpc::Status ParameterServerService::Initialize(
-    grpc::ServerContext*, grpc::ServerReader<v1::InitializeRequest>* reader,
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::InitializeRequest>* reader,
     v1::InitializeResponse*) {
+  uint64_t watch = 0;
+  absl::Status s = Admit(context, &watch);
+  if (!s.ok()) return ToGrpcStatus(s);
+  s = ServeInitialize(context, reader, watch);
+  Leave(watch);
+  return ToGrpcStatus(s);
+}
+
+absl::Status ParameterServerService::ServeInitialize(
+    grpc::ServerContext* context,
+    grpc::ServerReader<v1::InitializeRequest>* reader, uint64_t watch) {
   v1::InitializeRequest r;
   std::shared_ptr<JobShard> job;
-  while (reader->Read(&r)) {
+  for (;;) {
+    Idle(watch, job == nullptr ? options_.hello_timeout : options_.idle_timeout);
+    if (!reader->Read(&r)) break;
+    Busy(watch);
     if (job == nullptr) {
-      absl::StatusOr<std::shared_ptr<JobShard>> found = shard_->Find(r.job_id());
-      if (!found.ok()) return ToGrpcStatus(found.status());
-      job = std::move(*found);
+      ASSIGN_OR_RETURN(job, shard_->Find(r.job_id()));
     }
-    absl::Status s =
-        job->Initialize(r.worker_id(), r.generation(), r.partition(),
-                        r.offset(), r.data().data(), r.data().size());
-    if (!s.ok()) return ToGrpcStatus(s);
+    RETURN_IF_ERROR(job->Initialize(r.worker_id(), r.generation(),
+                                    r.partition(), r.offset(), r.data().data(),
+                                    r.data().size()));
   }
-  return grpc::Status::OK;
+  if (context->IsCancelled())
+    return absl::DeadlineExceededError("the upload stalled: no chunk in time");
+  return absl::OkStatus();
 }
 
 }  // namespace fulcrum

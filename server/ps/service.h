@@ -4,11 +4,13 @@
 #ifndef FULCRUM_SERVER_PS_SERVICE_H_
 #define FULCRUM_SERVER_PS_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 
 #include "absl/time/time.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "server/ps/parameter_shard.h"
+#include "common/concurrency/watchdog.h"
 #include "server/ps/shard_metrics.h"
 
 namespace fulcrum {
@@ -21,6 +23,14 @@ class ParameterServerService final : public v1::ParameterServer::Service {
     absl::Duration step_timeout = absl::Minutes(5);
     // Not owned; when null the service keeps its own (unexported) metrics.
     ShardMetrics* metrics = nullptr;
+    // Bounds on what a peer can hold: streams (Stream, Initialize) at once
+    // - one more is RESOURCE_EXHAUSTED -, the time to a stream's first
+    // message, and the time a stream may wait for its next message (not
+    // counting a read's wait for the other workers, which step_timeout
+    // bounds). Past a deadline the stream is cancelled and its thread freed.
+    int max_streams = 1024;
+    absl::Duration hello_timeout = absl::Seconds(10);
+    absl::Duration idle_timeout = absl::Minutes(10);
   };
 
   // `shard` is not owned and must outlive the service.
@@ -46,16 +56,34 @@ class ParameterServerService final : public v1::ParameterServer::Service {
                           grpc::ServerReader<v1::InitializeRequest>* reader,
                           v1::InitializeResponse* response) override;
 
+  // Streams open now (tests, the gauge).
+  int open_streams() const { return open_streams_.load(); }
+
  private:
   absl::Status ServeStream(
       grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream);
+      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream,
+      uint64_t watch);
+  absl::Status ServeInitialize(grpc::ServerContext* context,
+                               grpc::ServerReader<v1::InitializeRequest>* reader,
+                               uint64_t watch);
+  // Admits one more stream (RESOURCE_EXHAUSTED past max_streams) and arms
+  // its hello deadline; *watch is its watchdog entry. Leave() undoes it.
+  absl::Status Admit(grpc::ServerContext* context, uint64_t* watch);
+  void Leave(uint64_t watch);
+  // The stream may wait this long for its next message from now.
+  void Idle(uint64_t watch, absl::Duration timeout) {
+    watchdog_.Rearm(watch, absl::Now() + timeout);
+  }
+  void Busy(uint64_t watch) { watchdog_.Rearm(watch, absl::InfiniteFuture()); }
 
   ParameterShard* const shard_;  // Not owned.
   const Options options_;
   std::unique_ptr<metrics::Registry> own_registry_;
   std::unique_ptr<ShardMetrics> own_metrics_;
   ShardMetrics* metrics_;
+  std::atomic<int> open_streams_{0};
+  Watchdog watchdog_;
 };
 
 }  // namespace fulcrum

@@ -22,9 +22,10 @@ namespace {
 
 class BadInputTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    service_ = std::make_unique<ParameterServerService>(
-        &shard_, ParameterServerService::Options{});
+  void SetUp() override { Start(ParameterServerService::Options{}); }
+
+  void Start(ParameterServerService::Options options) {
+    service_ = std::make_unique<ParameterServerService>(&shard_, options);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -224,6 +225,103 @@ TEST_F(BadInputTest, BadInitJobNamesTheField) {
   grpc::Status s = stub_->InitJob(&context, init, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(s.error_message(), "optimizer.lr must be > 0, got -1");
+}
+
+// A flood of idle (no hello) and half-open (hello, then silence) streams
+// while two members train: at most max_streams are served, the rest are
+// RESOURCE_EXHAUSTED at once; idle ones are closed at the hello deadline,
+// silent ones at the idle deadline, and the members train throughout.
+class FloodTest : public BadInputTest {
+ protected:
+  void SetUp() override {
+    ParameterServerService::Options o;
+    o.max_streams = 20;
+    o.hello_timeout = absl::Seconds(1);
+    o.idle_timeout = absl::Seconds(2);
+    Start(o);
+  }
+  using Stream = grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>;
+  struct Open {
+    std::unique_ptr<grpc::ClientContext> context =
+        std::make_unique<grpc::ClientContext>();
+    std::unique_ptr<Stream> rw;
+  };
+  Open Connect() {
+    Open o;
+    SetTimeout(o.context.get(), std::chrono::seconds(30));
+    o.rw = stub_->Stream(o.context.get());
+    return o;
+  }
+  // A member's stream: hello, then the initial parameters.
+  Open Member(const std::string& worker) {
+    Open o = Connect();
+    v1::StreamRequest hello;
+    hello.mutable_hello()->set_job_id("job-1");
+    hello.mutable_hello()->set_worker_id(worker);
+    hello.mutable_hello()->set_generation(1);
+    EXPECT_TRUE(o.rw->Write(hello));
+    v1::StreamResponse initial;
+    EXPECT_TRUE(o.rw->Read(&initial));
+    return o;
+  }
+  // Both members push `step`; each reads version step + 1.
+  void Step(Open& a, Open& b, int64_t step) {
+    for (Open* m : {&a, &b}) {
+      v1::StreamRequest r;
+      *r.mutable_push() = GoodPush();
+      r.mutable_push()->set_step(step);
+      ASSERT_TRUE(m->rw->Write(r));
+    }
+    for (Open* m : {&a, &b}) {
+      v1::StreamResponse got;
+      ASSERT_TRUE(m->rw->Read(&got));
+      EXPECT_EQ(got.params().version(), step + 1);
+    }
+  }
+  bool WaitForOpen(int n) {
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    while (service_->open_streams() != n && absl::Now() < until)
+      absl::SleepFor(absl::Milliseconds(10));
+    return service_->open_streams() == n;
+  }
+};
+
+TEST_F(FloodTest, IdleAndHalfOpenStreamsAreBoundedAndClosedWhileAJobTrains) {
+  Open a = Member("w-1"), b = Member("w-2");
+  Step(a, b, 0);
+  std::vector<Open> flood;
+  for (int i = 0; i < 40; ++i) flood.push_back(Connect());
+  ASSERT_TRUE(WaitForOpen(20)) << service_->open_streams();
+  Step(a, b, 1);  // the members train while the flood is held
+  int refused = 0, closed = 0;
+  for (Open& f : flood) {  // refused at once, or closed at the hello deadline
+    const grpc::Status s = f.rw->Finish();
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      EXPECT_NE(s.error_message().find("--max_streams"), std::string::npos)
+          << s.error_message();
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED)
+          << s.error_message();
+      ++closed;
+    }
+  }
+  EXPECT_EQ(refused, 22);
+  EXPECT_EQ(closed, 18);
+  ASSERT_TRUE(WaitForOpen(2)) << "the idle streams' threads are free again";
+  Step(a, b, 2);
+  // Half-open: the members fall silent past the idle deadline.
+  absl::SleepFor(absl::Seconds(3));
+  ASSERT_TRUE(WaitForOpen(0));
+  v1::StreamResponse more;
+  EXPECT_FALSE(a.rw->Read(&more));
+  EXPECT_EQ(a.rw->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(b.rw->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // A member comes back and is served.
+  Open again = Member("w-1");
+  EXPECT_TRUE(WaitForOpen(1));
+  again.context->TryCancel();
+  again.rw->Finish().IgnoreError();
 }
 
 }  // namespace

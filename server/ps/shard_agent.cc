@@ -13,9 +13,11 @@
 namespace fulcrum {
 
 ShardAgent::ShardAgent(std::string coordinator, std::string advertise_address,
-                       ParameterShard* shard, absl::Duration stall_threshold)
+                       ParameterShard* shard, absl::Duration stall_threshold,
+                       int64_t memory_bytes)
     : advertise_address_(std::move(advertise_address)),
       stall_threshold_(stall_threshold),
+      memory_bytes_(memory_bytes),
       shard_(shard),
       stub_(v1::Coordinator::NewStub(MakeChannel(coordinator))) {}
 
@@ -42,6 +44,7 @@ void ShardAgent::Stop() {
 bool ShardAgent::Register() {
   v1::RegisterShardRequest request;
   request.set_address(advertise_address_);
+  request.set_memory_bytes(memory_bytes_);
   v1::RegisterShardResponse response;
   RetryOptions retry;
   retry.retry_all = true;  // keep trying until the coordinator takes us
@@ -87,6 +90,7 @@ void ShardAgent::Run() {
     v1::ShardHeartbeatRequest request;
     request.set_shard_id(shard_id_);
     request.set_address(advertise_address_);
+    request.set_memory_bytes(memory_bytes_);
     for (const std::string& job_id : shard_->JobIds()) {
       absl::StatusOr<std::shared_ptr<JobShard>> job = shard_->Find(job_id);
       if (!job.ok()) continue;

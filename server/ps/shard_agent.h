@@ -21,9 +21,12 @@ class ShardAgent {
  public:
   // `shard` is not owned and must outlive the agent.
   // Sync steps waiting longer than `stall_threshold` are logged and reported.
+  // `memory_bytes` is declared to the coordinator (0: no limit), which
+  // places no more jobs' bytes here.
   ShardAgent(std::string coordinator, std::string advertise_address,
              ParameterShard* shard,
-             absl::Duration stall_threshold = absl::Seconds(10));
+             absl::Duration stall_threshold = absl::Seconds(10),
+             int64_t memory_bytes = 0);
   ~ShardAgent();
   void Start();
   void Stop();  // leaves the coordinator (best effort) and joins the thread
@@ -37,6 +40,7 @@ class ShardAgent {
 
   const std::string advertise_address_;
   const absl::Duration stall_threshold_;
+  const int64_t memory_bytes_;
   std::set<std::string>
       logged_stalls_;            // "job/partition/step", agent thread only
   ParameterShard* const shard_;  // Not owned.

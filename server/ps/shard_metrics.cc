@@ -36,6 +36,10 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
           "optimizer value NaN or infinite (the parameters stay as they "
           "were).",
           {"job_id"})),
+      streams(r.AddGauge("fulcrum_server_streams",
+                         "Worker streams (and uploads) open now; at "
+                         "--max_streams one more is refused "
+                         "(rejected_pushes_total{reason=\"resource_exhausted\"}).")),
       jobs(r.AddGauge("fulcrum_server_jobs",
                       "Jobs whose partitions this shard holds.")),
       checkpoint_seconds(r.AddHistogram(
@@ -53,10 +57,11 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
   for (const char* reason :
        {"invalid_argument", "not_found", "failed_precondition",
         "permission_denied", "aborted", "deadline_exceeded", "unavailable",
-        "internal", "data_loss", "out_of_range"}) {
+        "internal", "data_loss", "out_of_range", "resource_exhausted"}) {
     rejected_pushes.WithLabels({reason});
   }
   jobs.WithLabels().Set(0);
+  streams.WithLabels().Set(0);
 }
 
 ShardMetrics::Job ShardMetrics::ForJob(const std::string& job_id) {

@@ -47,6 +47,13 @@ absl::Status SendPartitions(JobShard& job, std::vector<int32_t> ids,
 absl::StatusOr<std::unique_ptr<WorkerStream>> WorkerStream::Open(
     ParameterShard& shard, const StreamHello& hello, Options options,
     ParamsWriter* writer) {
+  // Ids are short; a long one is refused without being echoed.
+  constexpr size_t kMaxId = 256;
+  if (hello.job_id.size() > kMaxId || hello.worker_id.size() > kMaxId) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hello.job_id and hello.worker_id must be at most ", kMaxId,
+        " bytes, got ", hello.job_id.size(), " and ", hello.worker_id.size()));
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<JobShard> job, shard.Find(hello.job_id));
   if (job->ended()) {
     return absl::FailedPreconditionError(
