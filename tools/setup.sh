@@ -9,6 +9,7 @@ PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev zlib1g-dev libyaml-cpp-dev libcivetweb-dev
+  libssl-dev                           # HMAC-SHA256: member credentials (OpenSSL, as gRPC)
   dataset-fashion-mnist                # the reference workload's data
   procps                               # pkill/ps in scripts
   prometheus                           # promtool and a real Prometheus for the monitoring tests

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "common/net/grpc_options.h"
+#include "common/net/member_credential.h"
 #include "common/net/retry.h"
 #include "common/status/grpc_status.h"
 
@@ -51,6 +52,7 @@ absl::Status CoordinatorLink::Register() {
   if (!s.ok()) return s;
   absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
+  credential_ = response.member_credential();
   interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
   std::cerr << options_.log_prefix << ": registered as " << worker_id_
             << " (" << options_.device << ")\n";
@@ -81,6 +83,7 @@ bool CoordinatorLink::Heartbeat() {
   grpc::ClientContext context;
   SetTimeout(&context,
              std::chrono::milliseconds(std::max<int64_t>(1000, interval)));
+  Sign(&context);
   v1::WorkerHeartbeatResponse response;
   const grpc::Status s = stub_->WorkerHeartbeat(&context, request, &response);
   if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -165,6 +168,7 @@ absl::StatusOr<v1::LeaseChunkResponse> CoordinatorLink::LeaseChunk(
     const v1::LeaseChunkRequest& request) {
   grpc::ClientContext context;
   SetTimeout(&context, std::chrono::seconds(5));
+  Sign(&context);
   v1::LeaseChunkResponse response;
   grpc::Status s = stub_->LeaseChunk(&context, request, &response);
   if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
@@ -191,6 +195,7 @@ absl::StatusOr<v1::DeclareModelResponse> CoordinatorLink::DeclareModel(
       [&] {
         grpc::ClientContext context;
         SetTimeout(&context, std::chrono::seconds(10));
+        Sign(&context);
         return FromGrpcStatus(stub_->DeclareModel(&context, request, &response));
       },
       RetryOptions{std::chrono::milliseconds(100),
@@ -237,6 +242,7 @@ void CoordinatorLink::Report(const v1::Progress& progress,
       [&] {
         grpc::ClientContext context;
         SetTimeout(&context, std::chrono::seconds(5));
+        Sign(&context);
         v1::ReportProgressResponse response;
         return FromGrpcStatus(
             stub_->ReportProgress(&context, request, &response));
@@ -248,10 +254,19 @@ void CoordinatorLink::Report(const v1::Progress& progress,
   }
 }
 
+void CoordinatorLink::Sign(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  if (!credential_.empty()) {
+    context->AddMetadata(kMemberMetadataKey,
+                         MemberMetadataValue(worker_id_, credential_));
+  }
+}
+
 void CoordinatorLink::Leave() {
   if (heartbeat_.joinable()) heartbeat_.join();
   grpc::ClientContext context;
   SetTimeout(&context, std::chrono::seconds(2));
+  Sign(&context);
   v1::LeaveRequest leave;
   leave.set_member_id(worker_id());
   v1::LeaveResponse left;

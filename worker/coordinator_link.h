@@ -86,6 +86,9 @@ class CoordinatorLink : public JobLink {
   absl::Mutex mu_;
   absl::CondVar changed_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  // Given at registration; every call as this member carries it.
+  std::string credential_ ABSL_GUARDED_BY(mu_);
+  void Sign(grpc::ClientContext* context);
   AgentState state_ ABSL_GUARDED_BY(mu_);
   bool poke_ ABSL_GUARDED_BY(mu_) = false;  // heartbeat now
   int64_t interval_ms_ ABSL_GUARDED_BY(mu_) = 1000;

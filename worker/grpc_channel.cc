@@ -67,6 +67,8 @@ GrpcParameterChannel::Connect(Stream* s) {
   hello.mutable_hello()->set_job_id(options_.job_id);
   hello.mutable_hello()->set_worker_id(options_.worker_id);
   hello.mutable_hello()->set_generation(options_.generation);
+  if (s->shard < static_cast<int>(options_.shard_credentials.size()))
+    hello.mutable_hello()->set_credential(options_.shard_credentials[s->shard]);
   // A failed write means a failed stream: the receiver sees its status.
   conn->rw->Write(hello);
   absl::MutexLock lock(&s->mu);
@@ -93,6 +95,8 @@ absl::Status GrpcParameterChannel::Initialize(const float* values) {
     r.set_job_id(options_.job_id);
     r.set_worker_id(options_.worker_id);
     r.set_generation(options_.generation);
+    if (shard < static_cast<int>(options_.shard_credentials.size()))
+      r.set_credential(options_.shard_credentials[shard]);
     bool ok = true;
     for (int32_t id : ids) {
       const Partition& p = layout_->partitions()[id];

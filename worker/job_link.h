@@ -27,6 +27,8 @@ struct Assignment {
   // The shards wait for this member's values (an external model's first,
   // or after a membership change in gradient-averaging mode).
   bool initialize = false;
+  // By shard index: the credential this worker's hello carries there.
+  std::vector<std::string> shard_credentials;
 };
 
 // Assignment from the coordinator's message.

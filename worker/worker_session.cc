@@ -14,7 +14,8 @@ Assignment FromProto(const v1::WorkerAssignment& a) {
                     a.world_size(),
                     a.generation(),
                     {a.shard_addresses().begin(), a.shard_addresses().end()},
-                    a.initialize()};
+                    a.initialize(),
+                    {a.shard_credentials().begin(), a.shard_credentials().end()}};
 }
 
 WorkerSession::WorkerSession(Options options, Assignment first,
@@ -42,6 +43,7 @@ absl::StatusOr<int64_t> WorkerSession::Join() {
   o.worker_id = options_.worker_id;
   o.generation = assignment.generation;
   o.shard_addresses = assignment.shard_addresses;
+  o.shard_credentials = assignment.shard_credentials;
   o.chunk_bytes = assignment.spec.chunk_bytes();
   o.reconnect_timeout = options_.reconnect_timeout;
   o.on_reconnect = options_.on_reconnect;

@@ -67,6 +67,9 @@ struct ChannelOptions {
   std::string worker_id;
   int64_t generation = 1;
   std::vector<std::string> shard_addresses;  // by shard index
+  // By shard index, what the hello carries to prove the worker is
+  // worker_id (WorkerAssignment.shard_credentials); may be empty.
+  std::vector<std::string> shard_credentials;
   int64_t chunk_bytes = 1 << 20;  // pushes travel in chunks of this size
   absl::Duration connect_timeout = absl::Seconds(30);
   // How long a broken connection is retried before the channel fails.

@@ -390,8 +390,16 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
   uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
-    // A shard registering at a member's address is that member restarted:
-    // the old one is lost now, not when its lease runs out.
+    // A shard registering at a live member's address is refused (anyone
+    // could claim it); once that lease ran out it is the member restarted.
+    if (ShardMember* old = members_.ShardAt(request.address());
+        old != nullptr &&
+        options_.env->Now() - old->last_heartbeat < options_.lease) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "address ", request.address().substr(0, 64), " is served by live "
+          "shard ", old->id, "; a restarted shard registers once its lease "
+          "(--lease_ms) has run out"));
+    }
     if (ShardMember* old = members_.ShardAt(request.address())) {
       const std::string id = old->id;
       members_.RemoveShard(id);

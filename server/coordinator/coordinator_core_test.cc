@@ -346,7 +346,19 @@ TEST_F(CoordinatorTest, LostShardIsReplacedFromTheNewestGoodCheckpoint) {
   // By the time of the restore, step 300 is on both shards' disks.
   shards_.disk["127.0.0.1:1"] = {100, 200, 300};
   shards_.disk["127.0.0.1:2"] = {100, 200, 300};
-  // s2's process restarts at the same address: it is lost at once.
+  // Another process claiming s2's address while s2 is alive is refused.
+  v1::RegisterShardRequest claim;
+  claim.set_address("127.0.0.1:2");
+  auto refused = coordinator_.RegisterShard(claim);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("is served by live shard " + s2),
+            std::string::npos)
+      << refused.status();
+  // s2's process restarts at the same address: once s2's lease ran out
+  // (s1 and the worker still beat) it registers, and s2 is lost at once.
+  env_.Advance(absl::Seconds(6));
+  beat(s1, {100, 200, 300});
+  Beat(w, *id);
   const std::string s3 = AddShard("127.0.0.1:2");
   shards_.bad_steps = {300};  // step 300 turns out corrupt
   coordinator_.Tick();

@@ -1,4 +1,6 @@
 // fulcrum-coordinator: owns jobs, membership and progress.
+#include <sys/stat.h>
+
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
@@ -86,7 +88,17 @@ int main(int argc, char** argv) {
     }
     token = fulcrum::ApiToken(*t);
   }
-  fulcrum::GrpcShardControl shard_control;
+  // Members' credentials: kept in the state dir so that a restarted
+  // coordinator recognises its members (a random one per process without).
+  const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (!state_dir.empty()) mkdir(state_dir.c_str(), 0700);
+  absl::StatusOr<fulcrum::MemberSecret> member_secret =
+      fulcrum::MemberSecret::LoadOrCreate(state_dir);
+  if (!member_secret.ok()) {
+    std::cerr << "fulcrum-coordinator: " << member_secret.status() << "\n";
+    return 1;
+  }
+  fulcrum::GrpcShardControl shard_control(&*member_secret);
   fulcrum::Coordinator::Options options;
   options.heartbeat_interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
@@ -115,9 +127,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   metrics = std::make_unique<fulcrum::CoordinatorMetrics>(registry, &core);
-  fulcrum::CoordinatorService service(&core, token, [&metrics] {
-    if (metrics != nullptr) metrics->Unauthenticated();
-  });
+  fulcrum::CoordinatorService service(
+      &core, token,
+      [&metrics] {
+        if (metrics != nullptr) metrics->Unauthenticated();
+      },
+      &*member_secret);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, fulcrum::ServerCredentials(), &port);

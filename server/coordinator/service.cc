@@ -54,39 +54,103 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
   return Reply(core_->CancelJob(r->job_id()), out);
 }
 
+grpc::Status CoordinatorService::AsMember(const grpc::ServerContext& context,
+                                          const std::string& role,
+                                          const std::string& id) const {
+  if (members_ == nullptr) return grpc::Status::OK;
+  const auto& md = context.client_metadata();
+  auto it = md.find(kMemberMetadataKey);
+  if (it == md.end()) {
+    if (on_unauthenticated_) on_unauthenticated_();
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat(kMemberMetadataKey,
+                                     ": missing member credential (a ", role,
+                                     " sends the one its registration gave)"));
+  }
+  std::optional<MemberClaim> claim = ParseMemberMetadata(
+      std::string_view(it->second.data(), it->second.size()));
+  if (!claim.has_value() || claim->id != id ||
+      !members_->Check(absl::StrCat(role, "/", id), claim->credential)) {
+    if (on_unauthenticated_) on_unauthenticated_();
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrCat(role, " '", id.substr(0, 64),
+                     "': the call's member credential is not this member's"));
+  }
+  return grpc::Status::OK;
+}
+
+void CoordinatorService::AddShardCredentials(const std::string& worker,
+                                             v1::WorkerAssignment* a) const {
+  if (members_ == nullptr) return;
+  for (const std::string& address : a->shard_addresses()) {
+    a->add_shard_credentials(StreamCredential(
+        members_->Credential(absl::StrCat("coordinator@", address)),
+        a->job_id(), worker));
+  }
+}
+
 grpc::Status CoordinatorService::RegisterWorker(
     grpc::ServerContext*, const v1::RegisterWorkerRequest* r,
     v1::RegisterWorkerResponse* out) {
-  return Reply(core_->RegisterWorker(*r), out);
+  grpc::Status s = Reply(core_->RegisterWorker(*r), out);
+  if (s.ok() && members_ != nullptr) {
+    out->set_member_credential(
+        members_->Credential(absl::StrCat("worker/", out->worker_id())));
+  }
+  return s;
 }
 
 grpc::Status CoordinatorService::WorkerHeartbeat(
-    grpc::ServerContext*, const v1::WorkerHeartbeatRequest* r,
+    grpc::ServerContext* context, const v1::WorkerHeartbeatRequest* r,
     v1::WorkerHeartbeatResponse* out) {
-  return Reply(core_->WorkerHeartbeat(*r), out);
+  if (grpc::Status auth = AsMember(*context, "worker", r->worker_id());
+      !auth.ok())
+    return auth;
+  grpc::Status s = Reply(core_->WorkerHeartbeat(*r), out);
+  if (s.ok() && out->has_assignment())
+    AddShardCredentials(r->worker_id(), out->mutable_assignment());
+  return s;
 }
 
 grpc::Status CoordinatorService::RegisterShard(
     grpc::ServerContext*, const v1::RegisterShardRequest* r,
     v1::RegisterShardResponse* out) {
-  return Reply(core_->RegisterShard(*r), out);
+  grpc::Status s = Reply(core_->RegisterShard(*r), out);
+  if (s.ok() && members_ != nullptr) {
+    out->set_member_credential(
+        members_->Credential(absl::StrCat("shard/", out->shard_id())));
+    out->set_coordinator_credential(
+        members_->Credential(absl::StrCat("coordinator@", r->address())));
+  }
+  return s;
 }
 
 grpc::Status CoordinatorService::ShardHeartbeat(
-    grpc::ServerContext*, const v1::ShardHeartbeatRequest* r,
+    grpc::ServerContext* context, const v1::ShardHeartbeatRequest* r,
     v1::ShardHeartbeatResponse* out) {
+  if (grpc::Status auth = AsMember(*context, "shard", r->shard_id());
+      !auth.ok())
+    return auth;
   return Reply(core_->ShardHeartbeat(*r), out);
 }
 
-grpc::Status CoordinatorService::Leave(grpc::ServerContext*,
+grpc::Status CoordinatorService::Leave(grpc::ServerContext* context,
                                        const v1::LeaveRequest* r,
                                        v1::LeaveResponse*) {
+  const std::string role =
+      r->member_id().rfind("s-", 0) == 0 ? "shard" : "worker";
+  if (grpc::Status auth = AsMember(*context, role, r->member_id()); !auth.ok())
+    return auth;
   return ToGrpcStatus(core_->Leave(r->member_id()));
 }
 
 grpc::Status CoordinatorService::ReportProgress(
-    grpc::ServerContext*, const v1::ReportProgressRequest* r,
+    grpc::ServerContext* context, const v1::ReportProgressRequest* r,
     v1::ReportProgressResponse* out) {
+  if (grpc::Status auth = AsMember(*context, "worker", r->worker_id());
+      !auth.ok())
+    return auth;
   return Reply(core_->ReportProgress(*r), out);
 }
 
@@ -98,9 +162,12 @@ grpc::Status CoordinatorService::ListMembers(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::LeaseChunk(grpc::ServerContext*,
+grpc::Status CoordinatorService::LeaseChunk(grpc::ServerContext* context,
                                             const v1::LeaseChunkRequest* r,
                                             v1::LeaseChunkResponse* out) {
+  if (grpc::Status auth = AsMember(*context, "worker", r->worker_id());
+      !auth.ok())
+    return auth;
   return Reply(core_->LeaseChunk(*r), out);
 }
 
@@ -114,9 +181,20 @@ grpc::Status CoordinatorService::ExportJob(
 }
 
 grpc::Status CoordinatorService::DeclareModel(
-    grpc::ServerContext*, const v1::DeclareModelRequest* r,
+    grpc::ServerContext* context, const v1::DeclareModelRequest* r,
     v1::DeclareModelResponse* out) {
+  if (grpc::Status auth = AsMember(*context, "worker", r->worker_id());
+      !auth.ok())
+    return auth;
   return Reply(core_->DeclareModel(*r), out);
+}
+
+void GrpcShardControl::Sign(grpc::ClientContext* context,
+                            const std::string& address) const {
+  if (members_ == nullptr) return;
+  context->AddMetadata(
+      kCoordinatorMetadataKey,
+      members_->Credential(absl::StrCat("coordinator@", address)));
 }
 
 v1::ParameterServer::Stub* GrpcShardControl::Stub(const std::string& address) {
@@ -131,6 +209,7 @@ absl::Status GrpcShardControl::InitJob(const std::string& address,
                                        const v1::InitJobRequest& request) {
   grpc::ClientContext context;
   SetTimeout(&context, std::chrono::seconds(30));
+  Sign(&context, address);
   v1::InitJobResponse response;
   return FromGrpcStatus(Stub(address)->InitJob(&context, request, &response));
 }
@@ -139,6 +218,7 @@ void GrpcShardControl::EndJob(const std::string& address,
                               const std::string& job_id) {
   grpc::ClientContext context;
   SetTimeout(&context, std::chrono::seconds(5));
+  Sign(&context, address);
   v1::EndJobRequest request;
   request.set_job_id(job_id);
   v1::EndJobResponse response;
@@ -150,6 +230,7 @@ absl::StatusOr<v1::ReconfigureResponse> GrpcShardControl::Reconfigure(
   grpc::ClientContext context;
   // Restoring a checkpoint reads the shard's files: allow for large models.
   SetTimeout(&context, std::chrono::seconds(60));
+  Sign(&context, address);
   v1::ReconfigureResponse response;
   RETURN_IF_ERROR(FromGrpcStatus(Stub(address)->Reconfigure(&context, request, &response)));
   return response;
@@ -160,6 +241,7 @@ absl::Status GrpcShardControl::Pull(
     const std::function<bool(const v1::Params&)>& sink) {
   grpc::ClientContext context;
   SetTimeout(&context, std::chrono::seconds(60));
+  Sign(&context, address);
   auto reader = Stub(address)->Pull(&context, request);
   v1::Params p;
   while (reader->Read(&p)) {

@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/net/api_token.h"
+#include "common/net/member_credential.h"
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "server/coordinator/coordinator_core.h"
@@ -24,12 +25,18 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // it is enabled; the processes' calls rely on mutual TLS.
   // `on_unauthenticated` (may be empty) hears of every call the token
   // refused.
+  // `members` (not owned; may be null: nothing checked, tests) issues each
+  // member a credential at registration and checks it on every call made
+  // as that member (member_credential.h): UNAUTHENTICATED without one,
+  // PERMISSION_DENIED with another member's, nothing changed.
   explicit CoordinatorService(
       Coordinator* core, ApiToken token = ApiToken(),
-      std::function<void()> on_unauthenticated = nullptr)
+      std::function<void()> on_unauthenticated = nullptr,
+      const MemberSecret* members = nullptr)
       : core_(core),
         token_(std::move(token)),
-        on_unauthenticated_(std::move(on_unauthenticated)) {}
+        on_unauthenticated_(std::move(on_unauthenticated)),
+        members_(members) {}
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*,
                          v1::SubmitJobResponse*) override;
@@ -68,15 +75,26 @@ class CoordinatorService final : public v1::Coordinator::Service {
 
  private:
   grpc::Status Authorize(const grpc::ServerContext& context) const;
+  // The call is made by member `id` of `role` ("worker" or "shard").
+  grpc::Status AsMember(const grpc::ServerContext& context,
+                        const std::string& role, const std::string& id) const;
+  // Adds the shards' credentials for this worker to its assignment.
+  void AddShardCredentials(const std::string& worker,
+                           v1::WorkerAssignment* a) const;
 
   Coordinator* const core_;  // Not owned.
   const ApiToken token_;
   const std::function<void()> on_unauthenticated_;
+  const MemberSecret* const members_;  // Not owned; may be null.
 };
 
 // ShardControl over gRPC, one cached channel per shard address.
+// Every call carries the coordinator's credential for that shard (from
+// `members`, not owned; null: none).
 class GrpcShardControl final : public ShardControl {
  public:
+  explicit GrpcShardControl(const MemberSecret* members = nullptr)
+      : members_(members) {}
   absl::Status InitJob(const std::string& address,
                        const v1::InitJobRequest& request) override;
   void EndJob(const std::string& address, const std::string& job_id) override;
@@ -89,6 +107,8 @@ class GrpcShardControl final : public ShardControl {
 
  private:
   v1::ParameterServer::Stub* Stub(const std::string& address);
+  void Sign(grpc::ClientContext* context, const std::string& address) const;
+  const MemberSecret* const members_;
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<v1::ParameterServer::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);

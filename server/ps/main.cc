@@ -93,7 +93,11 @@ int main(int argc, char** argv) {
   fulcrum::ShardMetrics metrics(registry);
   registry.AddCollector(
       [&] { metrics.jobs.WithLabels().Set(shard.JobIds().size()); });
+  // Learned when the shard registers; the service checks the coordinator's
+  // calls and the workers' hellos with it.
+  fulcrum::SharedCredential coordinator_credential;
   fulcrum::ParameterServerService::Options service_options;
+  service_options.coordinator = &coordinator_credential;
   service_options.step_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   service_options.metrics = &metrics;
@@ -120,7 +124,8 @@ int main(int argc, char** argv) {
             << fulcrum::DescribeTransport(insecure) << ")\n";
   fulcrum::ShardAgent agent(
       absl::GetFlag(FLAGS_coordinator), advertise, &shard,
-      absl::Seconds(absl::GetFlag(FLAGS_stall_threshold_s)), memory_bytes);
+      absl::Seconds(absl::GetFlag(FLAGS_stall_threshold_s)), memory_bytes,
+      &coordinator_credential);
   auto metrics_server = fulcrum::metrics::ServeProcessMetrics(
       "server", absl::GetFlag(FLAGS_metrics_address),
       absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_metrics_port_file),

@@ -72,9 +72,11 @@ ParameterServerService::ParameterServerService(ParameterShard* shard,
   }
 }
 
-grpc::Status ParameterServerService::InitJob(grpc::ServerContext*,
+grpc::Status ParameterServerService::InitJob(grpc::ServerContext* context,
                                              const v1::InitJobRequest* request,
                                              v1::InitJobResponse* response) {
+  if (absl::Status s = FromCoordinator(*context); !s.ok())
+    return ToGrpcStatus(s);
   JobInit init;
   init.job_id = request->job_id();
   init.spec = request->spec();
@@ -112,11 +114,59 @@ grpc::Status ParameterServerService::InitJob(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::EndJob(grpc::ServerContext*,
+grpc::Status ParameterServerService::EndJob(grpc::ServerContext* context,
                                             const v1::EndJobRequest* request,
                                             v1::EndJobResponse*) {
+  if (absl::Status s = FromCoordinator(*context); !s.ok())
+    return ToGrpcStatus(s);
   shard_->EndJob(request->job_id());
   return grpc::Status::OK;
+}
+
+namespace {
+
+// A shard restarted at its address serves nobody until it has registered
+// (again) and knows the coordinator's credential: callers retry.
+absl::Status NotRegistered() {
+  return absl::UnavailableError(
+      "this shard has not registered with the coordinator yet; retry");
+}
+
+}  // namespace
+
+absl::Status ParameterServerService::FromCoordinator(
+    const grpc::ServerContext& context) const {
+  if (options_.coordinator == nullptr) return absl::OkStatus();
+  const std::string key = options_.coordinator->Get();
+  if (key.empty()) return NotRegistered();
+  const auto& md = context.client_metadata();
+  auto it = md.find(kCoordinatorMetadataKey);
+  if (it == md.end()) {
+    return absl::UnauthenticatedError(
+        "only the coordinator may make this call: no coordinator credential");
+  }
+  if (!SameCredential(key,
+                      std::string_view(it->second.data(), it->second.size()))) {
+    return absl::PermissionDeniedError(
+        "only the coordinator may make this call: the credential is not the "
+        "coordinator's this shard registered with");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerService::AsWorker(
+    const std::string& job_id, const std::string& worker_id,
+    const std::string& credential) const {
+  if (options_.coordinator == nullptr) return absl::OkStatus();
+  const std::string key = options_.coordinator->Get();
+  if (key.empty()) return NotRegistered();
+  if (!SameCredential(StreamCredential(key, job_id, worker_id), credential)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker '", worker_id.substr(0, 64), "': the credential is not this "
+        "member's for job ", job_id.substr(0, 64),
+        " (the coordinator gives it with the assignment)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParameterServerService::Admit(grpc::ServerContext* context,
@@ -178,6 +228,7 @@ absl::Status ParameterServerService::ServeStream(
   options.metrics = metrics_;
   options.cancelled = [context] { return context->IsCancelled(); };
   const v1::Hello& hello = request.hello();
+  RETURN_IF_ERROR(AsWorker(hello.job_id(), hello.worker_id(), hello.credential()));
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerStream> worker,
                    WorkerStream::Open(*shard_,
                                       {hello.job_id(), hello.worker_id(),
@@ -203,8 +254,10 @@ absl::Status ParameterServerService::ServeStream(
 }
 
 grpc::Status ParameterServerService::Reconfigure(
-    grpc::ServerContext*, const v1::ReconfigureRequest* request,
+    grpc::ServerContext* context, const v1::ReconfigureRequest* request,
     v1::ReconfigureResponse* response) {
+  if (absl::Status s = FromCoordinator(*context); !s.ok())
+    return ToGrpcStatus(s);
   absl::StatusOr<std::shared_ptr<JobShard>> found =
       shard_->Find(request->job_id());
   if (!found.ok()) return ToGrpcStatus(found.status());
@@ -246,8 +299,10 @@ grpc::Status ParameterServerService::Reconfigure(
 }
 
 grpc::Status ParameterServerService::Pull(
-    grpc::ServerContext*, const v1::PullRequest* request,
+    grpc::ServerContext* context, const v1::PullRequest* request,
     grpc::ServerWriter<v1::Params>* writer) {
+  if (absl::Status s = FromCoordinator(*context); !s.ok())
+    return ToGrpcStatus(s);
   absl::StatusOr<std::shared_ptr<JobShard>> found =
       shard_->Find(request->job_id());
   if (!found.ok()) return ToGrpcStatus(found.status());
@@ -279,6 +334,7 @@ absl::Status ParameterServerService::ServeInitialize(
     Idle(watch, job == nullptr ? options_.hello_timeout : options_.idle_timeout);
     if (!reader->Read(&r)) break;
     Busy(watch);
+    RETURN_IF_ERROR(AsWorker(r.job_id(), r.worker_id(), r.credential()));
     if (job == nullptr) {
       ASSIGN_OR_RETURN(job, shard_->Find(r.job_id()));
     }

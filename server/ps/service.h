@@ -11,6 +11,7 @@
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "server/ps/parameter_shard.h"
 #include "common/concurrency/watchdog.h"
+#include "common/net/member_credential.h"
 #include "server/ps/shard_metrics.h"
 
 namespace fulcrum {
@@ -28,6 +29,11 @@ class ParameterServerService final : public v1::ParameterServer::Service {
     // message, and the time a stream may wait for its next message (not
     // counting a read's wait for the other workers, which step_timeout
     // bounds). Past a deadline the stream is cancelled and its thread freed.
+    // Not owned, may be null (nothing checked: tests): the coordinator's
+    // credential as the shard learned it. Then InitJob, Reconfigure, EndJob
+    // and Pull must carry it, and a hello or Initialize the worker's
+    // StreamCredential derived from it (PERMISSION_DENIED otherwise).
+    const SharedCredential* coordinator = nullptr;
     int max_streams = 1024;
     absl::Duration hello_timeout = absl::Seconds(10);
     absl::Duration idle_timeout = absl::Minutes(10);
@@ -67,6 +73,10 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   absl::Status ServeInitialize(grpc::ServerContext* context,
                                grpc::ServerReader<v1::InitializeRequest>* reader,
                                uint64_t watch);
+  // The call comes from the coordinator / the stream is worker_id's.
+  absl::Status FromCoordinator(const grpc::ServerContext& context) const;
+  absl::Status AsWorker(const std::string& job_id, const std::string& worker_id,
+                        const std::string& credential) const;
   // Admits one more stream (RESOURCE_EXHAUSTED past max_streams) and arms
   // its hello deadline; *watch is its watchdog entry. Leave() undoes it.
   absl::Status Admit(grpc::ServerContext* context, uint64_t* watch);

@@ -14,10 +14,11 @@ namespace fulcrum {
 
 ShardAgent::ShardAgent(std::string coordinator, std::string advertise_address,
                        ParameterShard* shard, absl::Duration stall_threshold,
-                       int64_t memory_bytes)
+                       int64_t memory_bytes, SharedCredential* coordinator_credential)
     : advertise_address_(std::move(advertise_address)),
       stall_threshold_(stall_threshold),
       memory_bytes_(memory_bytes),
+      coordinator_(coordinator_credential),
       shard_(shard),
       stub_(v1::Coordinator::NewStub(MakeChannel(coordinator))) {}
 
@@ -27,6 +28,13 @@ void ShardAgent::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
+void ShardAgent::Sign(grpc::ClientContext* context) const {
+  if (!credential_.empty()) {
+    context->AddMetadata(kMemberMetadataKey,
+                         MemberMetadataValue(shard_id_, credential_));
+  }
+}
+
 void ShardAgent::Stop() {
   if (stop_.HasBeenNotified()) return;
   stop_.Notify();
@@ -34,6 +42,7 @@ void ShardAgent::Stop() {
   if (!shard_id_.empty()) {
     grpc::ClientContext context;
     SetTimeout(&context, std::chrono::seconds(2));
+    Sign(&context);
     v1::LeaveRequest request;
     request.set_member_id(shard_id_);
     v1::LeaveResponse response;
@@ -62,6 +71,9 @@ bool ShardAgent::Register() {
       });
   if (!s.ok()) return false;
   shard_id_ = response.shard_id();
+  credential_ = response.member_credential();
+  if (coordinator_ != nullptr)
+    coordinator_->Set(response.coordinator_credential());
   registered_ = true;
   interval_ms_ = std::max<int64_t>(50, response.heartbeat_interval_ms());
   std::cerr << "fulcrum-server: registered as " << shard_id_ << "\n";
@@ -87,6 +99,7 @@ void ShardAgent::Run() {
     grpc::ClientContext context;
     SetTimeout(&context, std::chrono::milliseconds(
                              std::max<int64_t>(1000, interval_ms_)));
+    Sign(&context);
     v1::ShardHeartbeatRequest request;
     request.set_shard_id(shard_id_);
     request.set_address(advertise_address_);

@@ -13,6 +13,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "fulcrum/v1/coordinator.grpc.pb.h"
+#include "common/net/member_credential.h"
 #include "server/ps/parameter_shard.h"
 
 namespace fulcrum {
@@ -26,7 +27,8 @@ class ShardAgent {
   ShardAgent(std::string coordinator, std::string advertise_address,
              ParameterShard* shard,
              absl::Duration stall_threshold = absl::Seconds(10),
-             int64_t memory_bytes = 0);
+             int64_t memory_bytes = 0,
+             SharedCredential* coordinator_credential = nullptr);
   ~ShardAgent();
   void Start();
   void Stop();  // leaves the coordinator (best effort) and joins the thread
@@ -41,6 +43,11 @@ class ShardAgent {
   const std::string advertise_address_;
   const absl::Duration stall_threshold_;
   const int64_t memory_bytes_;
+  // Not owned, may be null: where the coordinator's credential (from each
+  // registration) goes, for the service's checks.
+  SharedCredential* const coordinator_;
+  std::string credential_;  // this member's, agent thread (and Stop)
+  void Sign(grpc::ClientContext* context) const;
   std::set<std::string>
       logged_stalls_;            // "job/partition/step", agent thread only
   ParameterShard* const shard_;  // Not owned.

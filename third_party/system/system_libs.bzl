@@ -12,6 +12,8 @@ _PKG_CONFIG = {
     "yaml_cpp": ["yaml-cpp"],
     "gtest": ["gtest", "gmock"],
     "benchmark": ["benchmark"],
+    # HMAC-SHA256 of the members' credentials (OpenSSL, which gRPC uses too).
+    "crypto": ["libcrypto"],
 }
 
 # Packages without a .pc file (or whose .pc file pulls in more than we use).
