@@ -41,12 +41,13 @@ cluster_stop() {
 }
 
 cluster_start() {
-  local dir=$1 shards=$2 i
+  local dir=$1 shards=$2 i ckpt
   trap cluster_stop EXIT
   rm -rf "$dir"; mkdir -p "$dir"
+  ckpt="$(cd "$dir" && pwd)/checkpoints"  # the roots must be absolute
   "$bin/server/coordinator/fulcrum-coordinator" --listen=127.0.0.1:0 \
     --port_file="$dir/coordinator.port" --heartbeat_ms=200 \
-    --state_dir="$dir/coordinator-state" --checkpoint_root="$dir/checkpoints" \
+    --state_dir="$dir/coordinator-state" --checkpoint_root="$ckpt" \
     --metrics_port_file="$dir/coordinator.metrics_port" "${cluster_flags[@]}" \
     2>"$dir/coordinator.log" &
   cluster_pids+=($!)
@@ -58,7 +59,7 @@ cluster_start() {
   coord=127.0.0.1:$(cat "$dir/coordinator.port")
   for i in $(seq "$shards"); do
     "$bin/server/ps/fulcrum-server" --listen=127.0.0.1:0 --coordinator="$coord" \
-      --checkpoint_root="$dir/checkpoints" \
+      --checkpoint_root="$ckpt" \
       --metrics_port_file="$dir/shard-$i.metrics_port" "${cluster_flags[@]}" \
       2>"$dir/shard-$i.log" &
     cluster_pids+=($!)
