@@ -72,6 +72,7 @@ void Coordinator::Tick() {
     absl::MutexLock lock(&mu_);
     const absl::Time now = options_.env->Now();
     ExpireLeases(now, &e);
+    ForgetEndedJobs(&e);
     StartJobs(now, &e);
     OfferPlaces(now);
     PlanRounds(now, &e);
@@ -89,6 +90,23 @@ void Coordinator::ExpireLeases(absl::Time now, Effects* e) {
   for (const std::string& id : expired.shards) {
     e->lost_roles.push_back("shard");
     LoseShard(id);
+  }
+}
+
+void Coordinator::ForgetEndedJobs(Effects* e) {
+  int ended = 0;
+  for (const std::string& id : job_order_)
+    ended += jobs_.at(id)->phase == JobPhase::kEnded;
+  for (auto it = job_order_.begin();
+       it != job_order_.end() && ended > options_.keep_ended_jobs;) {
+    if (jobs_.at(*it)->phase != JobPhase::kEnded) {
+      ++it;
+      continue;
+    }
+    e->journal_ticket = std::max(e->journal_ticket, PersistForgotten(*it));
+    jobs_.erase(*it);
+    it = job_order_.erase(it);
+    --ended;
   }
 }
 

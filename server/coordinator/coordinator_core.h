@@ -75,6 +75,9 @@ class Coordinator {
     // not checked (tests).
     std::string data_root;
     std::string checkpoint_root;
+    // Ended jobs kept (status, export); older ones are forgotten, oldest
+    // first, so the job table does not grow without bound.
+    int keep_ended_jobs = 1000;
   };
 
   // `shards` is not owned and must outlive the coordinator.
@@ -148,6 +151,7 @@ class Coordinator {
   // Tick's parts. REQUIRES: mu_.
   void ExpireLeases(absl::Time now, Effects* e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetEndedJobs(Effects* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJobs(absl::Time now, Effects* e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OfferPlaces(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -212,6 +216,8 @@ class Coordinator {
   // Returns the journal ticket (0: no journal).
   uint64_t Persist(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t PersistCounters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t PersistForgotten(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (no lock) until `ticket` is durable; logs a failure.
   absl::Status Sync(uint64_t ticket);
 

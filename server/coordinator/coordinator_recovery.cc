@@ -34,6 +34,13 @@ uint64_t Coordinator::Persist(const Job& job) {
   return journal_->AddSnapshot(std::move(state));
 }
 
+uint64_t Coordinator::PersistForgotten(const std::string& job_id) {
+  if (journal_ == nullptr) return 0;
+  v1::StateRecord record;
+  record.set_forgotten_job(job_id);
+  return journal_->Add(std::move(record));
+}
+
 uint64_t Coordinator::PersistCounters() {
   if (journal_ == nullptr) return 0;
   v1::StateRecord record;

@@ -156,6 +156,29 @@ TEST(CoordinatorRecoveryTest, AnEndedJobKeepsWhatItTrainedAcrossARestart) {
 // but adopted the worker pointing at that job - and the worker's next
 // heartbeat crashed the coordinator (jobs_.at on a missing key). A
 // rejected request changes no state.
+// The job table does not grow without bound: beyond keep_ended_jobs the
+// oldest ended jobs are forgotten, durably; running and pending ones stay.
+TEST(CoordinatorRecoveryTest, OnlyTheNewestEndedJobsAreKept) {
+  Durable d("forget_state");
+  d.options.keep_ended_jobs = 2;
+  std::vector<std::string> ids;
+  {
+    Coordinator first(d.options, &d.shards);
+    ASSERT_TRUE(first.Recover().ok());
+    for (int i = 0; i < 5; ++i) ids.push_back(*first.SubmitJob(TinySpec(1, 1, 1)));
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(first.CancelJob(ids[i]).ok());
+    first.Tick();
+    EXPECT_EQ(first.GetJob(ids[0]).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(first.GetJob(ids[1]).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(first.ListJobs().size(), 3u) << "2 ended + the pending one";
+  }
+  Coordinator second(d.options, &d.shards);
+  ASSERT_TRUE(second.Recover().ok());
+  std::vector<std::string> kept;
+  for (const v1::JobStatus& s : second.ListJobs()) kept.push_back(s.job_id());
+  EXPECT_EQ(kept, (std::vector<std::string>{ids[2], ids[3], ids[4]}));
+}
+
 TEST(CoordinatorRecoveryTest, ARejectedReportAdoptsNobody) {
   Durable d("coordinator_report");
   std::string w1;

@@ -15,6 +15,8 @@ void Apply(const v1::StateRecord& record,
            v1::IdCounters* counters) {
   if (record.has_job()) {
     (*jobs)[record.job().status().job_id()] = record.job();
+  } else if (record.kind_case() == v1::StateRecord::kForgottenJob) {
+    jobs->erase(record.forgotten_job());
   } else if (record.has_counters()) {
     counters->set_next_job(
         std::max(counters->next_job(), record.counters().next_job()));

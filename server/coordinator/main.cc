@@ -4,6 +4,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -59,6 +60,8 @@ ABSL_FLAG(std::string, data_root, "/usr/share/datasets",
 ABSL_FLAG(std::string, checkpoint_root, "/var/lib/fulcrum/checkpoints",
           "the shards' --checkpoint_root: a job whose checkpoint.dir leads "
           "out of it is refused at submit");
+ABSL_FLAG(int, keep_ended_jobs, 1000,
+          "ended jobs kept for status and export; older ones are forgotten");
 ABSL_FLAG(int, max_threads, 256,
           "calls served at once; past it a call is RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, start_grace_ms, 1000,
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
     if (metrics != nullptr) metrics->MemberLost(role);
   };
   options.state_dir = absl::GetFlag(FLAGS_state_dir);
+  options.keep_ended_jobs = std::max(1, absl::GetFlag(FLAGS_keep_ended_jobs));
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   for (const std::string* root : {&options.data_root, &options.checkpoint_root}) {
