@@ -204,6 +204,13 @@ class Coordinator {
   // fitting): a failed last member leaves the job to it.
   // A shard refused an update that would have made values non-finite: an
   // event naming the worker, and the job fails if its spec says so.
+  // The heartbeat interval and the lease a registration answers with.
+  template <typename Response>
+  void SetTimings(Response* r) const {
+    r->set_heartbeat_interval_ms(
+        absl::ToInt64Milliseconds(options_.heartbeat_interval));
+    r->set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+  }
   absl::StatusOr<v1::ShardHeartbeatResponse> ShardBeat(
       const v1::ShardHeartbeatRequest& request, Effects* e);
   void TakeNonFinite(Job& job, const std::string& shard_id,

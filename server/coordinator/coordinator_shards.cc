@@ -60,9 +60,7 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
     response.set_shard_id(s.id);
   }
   Sync(ticket).IgnoreError();
-  response.set_heartbeat_interval_ms(
-      absl::ToInt64Milliseconds(options_.heartbeat_interval));
-  response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+  SetTimings(&response);
   return response;
 }
 

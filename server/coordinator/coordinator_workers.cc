@@ -53,9 +53,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     response.set_worker_id(w.id);
   }
   Sync(ticket).IgnoreError();
-  response.set_heartbeat_interval_ms(
-      absl::ToInt64Milliseconds(options_.heartbeat_interval));
-  response.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+  SetTimings(&response);
   return response;
 }
 
