@@ -236,8 +236,10 @@ class FloodTest : public BadInputTest {
   void SetUp() override {
     ParameterServerService::Options o;
     o.max_streams = 20;
-    o.hello_timeout = absl::Seconds(1);
-    o.idle_timeout = absl::Seconds(2);
+    // Margins for a loaded machine: the 40 streams open well within the
+    // hello deadline, and the members' pauses stay well within the idle one.
+    o.hello_timeout = absl::Seconds(3);
+    o.idle_timeout = absl::Seconds(6);
     Start(o);
   }
   using Stream = grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>;
@@ -311,7 +313,7 @@ TEST_F(FloodTest, IdleAndHalfOpenStreamsAreBoundedAndClosedWhileAJobTrains) {
   ASSERT_TRUE(WaitForOpen(2)) << "the idle streams' threads are free again";
   Step(a, b, 2);
   // Half-open: the members fall silent past the idle deadline.
-  absl::SleepFor(absl::Seconds(3));
+  absl::SleepFor(absl::Seconds(7));
   ASSERT_TRUE(WaitForOpen(0));
   v1::StreamResponse more;
   EXPECT_FALSE(a.rw->Read(&more));
