@@ -20,7 +20,14 @@ Watchdog::~Watchdog() {
 uint64_t Watchdog::Arm(absl::Time deadline, std::function<void()> cancel) {
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_++;
-  entries_[id] = Entry{deadline, std::move(cancel), false};
+  entries_[id] = Entry{deadline, nullptr, std::move(cancel), false};
+  return id;
+}
+
+uint64_t Watchdog::Arm(const Deadline* deadline, std::function<void()> cancel) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_++;
+  entries_[id] = Entry{absl::InfiniteFuture(), deadline, std::move(cancel), false};
   return id;
 }
 
@@ -53,7 +60,8 @@ void Watchdog::Loop() {
     if (stop_) break;
     const absl::Time now = absl::Now();
     for (auto& [id, e] : entries_) {
-      if (e.fired || now < e.deadline) continue;
+      const absl::Time due = e.moving != nullptr ? e.moving->Get() : e.deadline;
+      if (e.fired || now < due) continue;
       e.fired = true;
       e.cancel();
     }

@@ -10,6 +10,7 @@
 #ifndef FULCRUM_COMMON_CONCURRENCY_WATCHDOG_H_
 #define FULCRUM_COMMON_CONCURRENCY_WATCHDOG_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,8 +27,28 @@ class Watchdog {
   explicit Watchdog(absl::Duration tick = absl::Milliseconds(50));
   ~Watchdog();  // fires nothing more
 
+  // A deadline its owner moves without the watchdog's lock (one atomic
+  // store: cheap enough for every message of a stream); the watchdog reads
+  // it at each tick.
+  class Deadline {
+   public:
+    explicit Deadline(absl::Time t) { Set(t); }
+    void Set(absl::Time t) {
+      ns_.store(absl::ToUnixNanos(t), std::memory_order_relaxed);
+    }
+    absl::Time Get() const {
+      return absl::FromUnixNanos(ns_.load(std::memory_order_relaxed));
+    }
+
+   private:
+    std::atomic<int64_t> ns_;
+  };
+
   // Calls `cancel` once when `deadline` passes, unless disarmed first.
   uint64_t Arm(absl::Time deadline, std::function<void()> cancel);
+  // The same for a deadline the caller moves (not owned: it must outlive
+  // Disarm). Rearm does not apply to such an entry.
+  uint64_t Arm(const Deadline* deadline, std::function<void()> cancel);
   // A new deadline for the entry (InfiniteFuture: none for now). False when
   // it fired already or is unknown.
   bool Rearm(uint64_t id, absl::Time deadline);
@@ -38,6 +59,7 @@ class Watchdog {
  private:
   struct Entry {
     absl::Time deadline;
+    const Deadline* moving = nullptr;  // when set, it wins over `deadline`
     std::function<void()> cancel;
     bool fired = false;
   };

@@ -30,5 +30,20 @@ TEST(WatchdogTest, FiresOncePastTheDeadlineUnlessDisarmedOrRearmed) {
   EXPECT_EQ(dog.armed(), 0u);
 }
 
+TEST(WatchdogTest, AMovingDeadlineIsReadAtEachTick) {
+  Watchdog dog(absl::Milliseconds(5));
+  std::atomic<int> fired{0};
+  Watchdog::Deadline deadline(absl::InfiniteFuture());
+  const uint64_t id = dog.Arm(&deadline, [&] { ++fired; });
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_EQ(fired.load(), 0) << "no deadline yet";
+  deadline.Set(absl::Now());
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (fired.load() == 0 && absl::Now() < until)
+    absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(fired.load(), 1);
+  EXPECT_TRUE(dog.Disarm(id));
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -56,6 +56,7 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
     }
     const std::string id = absl::StrCat("job-", next_job_++);
     job = std::make_unique<Job>(id, std::move(spec), options_.env->Now());
+    job->shard_bytes = shard_bytes;
     ticket = std::max(Persist(*job), PersistCounters());
   }
   // The job exists once it is durable (no lock held while the disk works).

@@ -135,8 +135,13 @@ void Coordinator::StartJobs(absl::Time now, Effects* e) {
       continue;
     }
     std::vector<std::string> idle = members_.IdleWorkers(job_id, job.external());
-    if (absl::StatusOr<ParameterLayout> layout = LayoutForSpec(spec); layout.ok())
-      job.shard_bytes = ShardBytes(spec, *layout);
+    // Computed once (at submit, or here once an external model is declared
+    // or the job came back after a restart), not at every tick.
+    if (job.shard_bytes == 0) {
+      if (absl::StatusOr<ParameterLayout> layout = LayoutForSpec(spec);
+          layout.ok())
+        job.shard_bytes = ShardBytes(spec, *layout);
+    }
     const auto candidates = members_.Candidates(ShardLoad());
     const std::vector<std::string> shard_ids =
         PlaceShards(candidates, spec.shards(), job.shard_bytes);

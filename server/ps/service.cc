@@ -170,6 +170,7 @@ absl::Status ParameterServerService::AsWorker(
 }
 
 absl::Status ParameterServerService::Admit(grpc::ServerContext* context,
+                                           const Watchdog::Deadline* deadline,
                                            uint64_t* watch) {
   if (open_streams_.fetch_add(1) >= options_.max_streams) {
     open_streams_.fetch_sub(1);
@@ -178,8 +179,7 @@ absl::Status ParameterServerService::Admit(grpc::ServerContext* context,
         " streams already (fulcrum-server --max_streams); retry later"));
   }
   metrics_->streams.WithLabels().Set(open_streams_.load());
-  *watch = watchdog_.Arm(absl::Now() + options_.hello_timeout,
-                         [context] { context->TryCancel(); });
+  *watch = watchdog_.Arm(deadline, [context] { context->TryCancel(); });
   return absl::OkStatus();
 }
 
@@ -191,10 +191,11 @@ void ParameterServerService::Leave(uint64_t watch) {
 grpc::Status ParameterServerService::Stream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) {
+  Watchdog::Deadline deadline(absl::Now() + options_.hello_timeout);
   uint64_t watch = 0;
-  absl::Status s = Admit(context, &watch);
+  absl::Status s = Admit(context, &deadline, &watch);
   if (s.ok()) {
-    s = ServeStream(context, stream, watch);
+    s = ServeStream(context, stream, &deadline);
     Leave(watch);
   }
   if (!s.ok() && s.code() != absl::StatusCode::kCancelled) {
@@ -207,7 +208,7 @@ grpc::Status ParameterServerService::Stream(
 absl::Status ParameterServerService::ServeStream(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream,
-    uint64_t watch) {
+    Watchdog::Deadline* deadline) {
   v1::StreamRequest request;
   if (!stream->Read(&request)) {
     return context->IsCancelled()
@@ -216,7 +217,7 @@ absl::Status ParameterServerService::ServeStream(
                                              options_.hello_timeout)))
                : absl::OkStatus();
   }
-  Busy(watch);
+  Busy(deadline);
   if (!request.has_hello()) {
     return absl::FailedPreconditionError(
         "the first message of a stream must be hello");
@@ -235,9 +236,9 @@ absl::Status ParameterServerService::ServeStream(
                                        hello.generation()},
                                       std::move(options), &writer));
   for (;;) {
-    Idle(watch, options_.idle_timeout);
+    Idle(deadline, options_.idle_timeout);
     if (!stream->Read(&request)) break;
-    Busy(watch);  // a read may wait for the other workers (step_timeout)
+    Busy(deadline);  // a read may wait for the other workers (step_timeout)
     if (!request.has_push()) {
       return absl::InvalidArgumentError(
           "hello may only be the first message of a stream");
@@ -317,23 +318,26 @@ grpc::Status ParameterServerService::Initialize(
     grpc::ServerContext* context,
     grpc::ServerReader<v1::InitializeRequest>* reader,
     v1::InitializeResponse*) {
+  Watchdog::Deadline deadline(absl::Now() + options_.hello_timeout);
   uint64_t watch = 0;
-  absl::Status s = Admit(context, &watch);
+  absl::Status s = Admit(context, &deadline, &watch);
   if (!s.ok()) return ToGrpcStatus(s);
-  s = ServeInitialize(context, reader, watch);
+  s = ServeInitialize(context, reader, &deadline);
   Leave(watch);
   return ToGrpcStatus(s);
 }
 
 absl::Status ParameterServerService::ServeInitialize(
     grpc::ServerContext* context,
-    grpc::ServerReader<v1::InitializeRequest>* reader, uint64_t watch) {
+    grpc::ServerReader<v1::InitializeRequest>* reader,
+    Watchdog::Deadline* deadline) {
   v1::InitializeRequest r;
   std::shared_ptr<JobShard> job;
   for (;;) {
-    Idle(watch, job == nullptr ? options_.hello_timeout : options_.idle_timeout);
+    Idle(deadline,
+         job == nullptr ? options_.hello_timeout : options_.idle_timeout);
     if (!reader->Read(&r)) break;
-    Busy(watch);
+    Busy(deadline);
     RETURN_IF_ERROR(AsWorker(r.job_id(), r.worker_id(), r.credential()));
     if (job == nullptr) {
       ASSIGN_OR_RETURN(job, shard_->Find(r.job_id()));

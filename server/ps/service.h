@@ -69,23 +69,26 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   absl::Status ServeStream(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream,
-      uint64_t watch);
+      Watchdog::Deadline* deadline);
   absl::Status ServeInitialize(grpc::ServerContext* context,
                                grpc::ServerReader<v1::InitializeRequest>* reader,
-                               uint64_t watch);
+                               Watchdog::Deadline* deadline);
   // The call comes from the coordinator / the stream is worker_id's.
   absl::Status FromCoordinator(const grpc::ServerContext& context) const;
   absl::Status AsWorker(const std::string& job_id, const std::string& worker_id,
                         const std::string& credential) const;
   // Admits one more stream (RESOURCE_EXHAUSTED past max_streams) and arms
-  // its hello deadline; *watch is its watchdog entry. Leave() undoes it.
-  absl::Status Admit(grpc::ServerContext* context, uint64_t* watch);
+  // its `deadline` (the hello's first; not owned, it must outlive Leave);
+  // *watch is its watchdog entry. Leave() undoes it.
+  absl::Status Admit(grpc::ServerContext* context,
+                     const Watchdog::Deadline* deadline, uint64_t* watch);
   void Leave(uint64_t watch);
-  // The stream may wait this long for its next message from now.
-  void Idle(uint64_t watch, absl::Duration timeout) {
-    watchdog_.Rearm(watch, absl::Now() + timeout);
+  // The stream may wait this long for its next message from now: an
+  // atomic store per message, no lock on the gradient path.
+  static void Idle(Watchdog::Deadline* d, absl::Duration timeout) {
+    d->Set(absl::Now() + timeout);
   }
-  void Busy(uint64_t watch) { watchdog_.Rearm(watch, absl::InfiniteFuture()); }
+  static void Busy(Watchdog::Deadline* d) { d->Set(absl::InfiniteFuture()); }
 
   ParameterShard* const shard_;  // Not owned.
   const Options options_;
