@@ -6,20 +6,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/quote.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
 namespace fulcrum {
 namespace {
-
-constexpr size_t kQuoted = 64;  // error messages quote a bounded prefix
-
-std::string Quote(const std::string& s) {
-  if (s.size() <= kQuoted) return absl::StrCat("'", s, "'");
-  return absl::StrCat("'", s.substr(0, kQuoted), "...' (", s.size(),
-                      " bytes)");
-}
 
 absl::Status Bad(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", why));

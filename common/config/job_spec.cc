@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/quote.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status/status_macros.h"
@@ -21,14 +22,6 @@ absl::Status Bad(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
 }
 
-// What the user sent, quoted at most kQuoteChars long: an error message
-// never echoes a large input back (into logs or gRPC metadata).
-constexpr size_t kQuoteChars = 64;
-std::string Quote(absl::string_view s) {
-  if (s.size() <= kQuoteChars) return absl::StrCat("'", s, "'");
-  return absl::StrCat("'", s.substr(0, kQuoteChars), "...' (", s.size(),
-                      " bytes)");
-}
 
 std::string Join(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
