@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config/quote.h"
+#include "common/dataplane/payload.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status/status_macros.h"
@@ -193,6 +194,24 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"dir", Str(ck->mutable_dir())},
       {"keep", Scalar<int>("an integer", [ck](int v) { ck->set_keep(v); })},
   };
+  // fp32 | bf16 | fp16 (payload.h's names) as a fulcrum.v1.Encoding.
+  auto encoding = [](std::function<void(v1::Encoding)> set) -> Handler {
+    return [set](const YAML::Node& n, const std::string& f) -> absl::Status {
+      std::string v;
+      absl::Status s = Read<std::string>(n, f, "a string", &v);
+      if (!s.ok()) return s;
+      absl::StatusOr<WireEncoding> e = ParseEncoding(v, f);
+      if (!e.ok()) return e.status();
+      set(static_cast<v1::Encoding>(*e));
+      return absl::OkStatus();
+    };
+  };
+  auto* wi = spec->mutable_wire();
+  const std::map<std::string, Handler> wire = {
+      {"gradients", encoding([wi](v1::Encoding e) { wi->set_gradients(e); })},
+      {"parameters",
+       encoding([wi](v1::Encoding e) { wi->set_parameters(e); })},
+  };
   const std::map<std::string, Handler> workers = {
       {"min", Scalar<int>("an integer", [w](int v) { w->set_min(v); })},
       {"max", Scalar<int>("an integer", [w](int v) { w->set_max(v); })},
@@ -233,16 +252,10 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"max_steps",
        Scalar<int64_t>("an integer",
                        [spec](int64_t v) { spec->set_max_steps(v); })},
-      {"encoding",
-       [spec](const YAML::Node& n, const std::string& f) -> absl::Status {
-         std::string v;
-         absl::Status s = Read<std::string>(n, f, "a string", &v);
-         if (!s.ok()) return s;
-         if (v != "fp32")
-           return Bad(f, absl::StrCat("must be one of [fp32], got '", v, "'"));
-         spec->set_encoding(v1::ENCODING_FP32);
-         return absl::OkStatus();
-       }},
+      {"encoding", encoding([spec](v1::Encoding e) {
+         spec->mutable_wire()->set_gradients(e);  // the old name
+       })},
+      {"wire", nested(wire)},
   };
   return ReadMap(root, "", top);
 }
@@ -507,8 +520,11 @@ void ApplyDefaults(JobSpec* spec) {
   if (!spec->has_eval_every_steps())
     spec->set_eval_every_steps(kDefaultEvalEverySteps);
   if (!spec->checkpoint().has_keep()) spec->mutable_checkpoint()->set_keep(3);
-  if (spec->encoding() == v1::ENCODING_UNSPECIFIED)
-    spec->set_encoding(v1::ENCODING_FP32);
+  spec->clear_encoding();  // read into wire.gradients
+  if (spec->wire().gradients() == v1::ENCODING_UNSPECIFIED)
+    spec->mutable_wire()->set_gradients(v1::ENCODING_FP32);
+  if (spec->wire().parameters() == v1::ENCODING_UNSPECIFIED)
+    spec->mutable_wire()->set_parameters(v1::ENCODING_FP32);
 }
 
 absl::Status ValidateModelSpec(const v1::ModelSpec& model) {
@@ -615,8 +631,16 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.max_steps() < 0)
     return Bad("max_steps",
                absl::StrCat("must be >= 0", got(spec.max_steps())));
-  if (spec.encoding() != v1::ENCODING_FP32)
-    return Bad("encoding", "must be fp32");
+  if (!EncodingFromProto(spec.wire().gradients(), "wire.gradients").ok()) {
+    return Bad("wire.gradients", absl::StrCat("must be fp32, bf16 or fp16",
+                                              got(spec.wire().gradients())));
+  }
+  if (spec.wire().parameters() != v1::ENCODING_FP32 &&
+      spec.wire().parameters() != v1::ENCODING_BF16) {
+    return Bad("wire.parameters",
+               absl::StrCat("must be fp32 or bf16 (fp16 cannot hold every "
+                            "weight)", got(spec.wire().parameters())));
+  }
   return absl::OkStatus();
 }
 

@@ -49,7 +49,21 @@ TEST(JobSpecTest, ParsesTheReferenceJob) {
   // Defaults.
   EXPECT_EQ(spec->partition_bytes(), kDefaultPartitionBytes);
   EXPECT_EQ(spec->chunk_bytes(), kDefaultChunkBytes);
-  EXPECT_EQ(spec->encoding(), v1::ENCODING_FP32);
+  EXPECT_EQ(spec->wire().gradients(), v1::ENCODING_FP32);
+  EXPECT_EQ(spec->wire().parameters(), v1::ENCODING_FP32);
+}
+
+TEST(JobSpecTest, WireEncodings) {
+  auto spec = ParseJobSpec(std::string(kValid) +
+                           "wire: {gradients: bf16, parameters: bf16}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->wire().gradients(), v1::ENCODING_BF16);
+  EXPECT_EQ(spec->wire().parameters(), v1::ENCODING_BF16);
+  // The old name of wire.gradients.
+  spec = ParseJobSpec(std::string(kValid) + "encoding: fp16\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->wire().gradients(), v1::ENCODING_FP16);
+  EXPECT_EQ(spec->encoding(), v1::ENCODING_UNSPECIFIED);
 }
 
 TEST(JobSpecTest, ParsesJson) {
@@ -188,7 +202,12 @@ TEST(JobSpecTest, ErrorsNameTheField) {
        "dataset.sharding must be one of [chunks, static], got 'rows'"},
       {"dataset: {dir: /d, chunk_size: 0}",
        "dataset.chunk_size must be >= 1, got 0"},
-      {"encoding: bf16", "encoding must be one of [fp32], got 'bf16'"},
+      {"encoding: int8",
+       "encoding must be one of [fp32, bf16, fp16], got 'int8'"},
+      {"wire: {gradients: fp8}",
+       "wire.gradients must be one of [fp32, bf16, fp16], got 'fp8'"},
+      {"wire: {parameters: fp16}", "wire.parameters must be fp32 or bf16"},
+      {"wire: {params: bf16}", "wire.params"},
       {"name: ''", "name must not be empty"},
   };
   for (const Case& c : cases) {

@@ -1,0 +1,420 @@
+#include "common/dataplane/grpc_frames.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace fulcrum {
+
+// ---- SlicePins -------------------------------------------------------------
+
+struct SlicePins::State {
+  mutable absl::Mutex mu;
+  int64_t outstanding ABSL_GUARDED_BY(mu) = 0;
+};
+
+namespace {
+
+// What a pinned slice's destroy callback gets: a share of the state.
+struct PinRef {
+  std::shared_ptr<SlicePins::State> state;
+};
+
+}  // namespace
+
+SlicePins::SlicePins() : state_(std::make_shared<State>()) {}
+SlicePins::~SlicePins() = default;
+
+grpc::Slice SlicePins::Pin(const char* data, size_t bytes) {
+  {
+    absl::MutexLock lock(&state_->mu);
+    ++state_->outstanding;
+  }
+  auto* ref = new PinRef{state_};
+  return grpc::Slice(
+      const_cast<char*>(data), bytes,
+      +[](void* p) {
+        auto* r = static_cast<PinRef*>(p);
+        {
+          absl::MutexLock lock(&r->state->mu);
+          --r->state->outstanding;
+        }
+        delete r;
+      },
+      ref);
+}
+
+bool SlicePins::WaitUntilReleased(absl::Time deadline) {
+  absl::MutexLock lock(&state_->mu);
+  return state_->mu.AwaitWithDeadline(
+      absl::Condition(
+          +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+            return s->outstanding == 0;
+          },
+          state_.get()),
+      deadline);
+}
+
+int64_t SlicePins::outstanding() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->outstanding;
+}
+
+char* ResponseFrame::Reserve(size_t bytes) {
+  out = grpc::Slice(bytes);
+  out_bytes = bytes;
+  return reinterpret_cast<char*>(const_cast<uint8_t*>(out.begin()));
+}
+
+const char* StreamMethodName() {
+  static const std::string* name = new std::string(absl::StrCat(
+      "/",
+      v1::Push::descriptor()->file()->FindServiceByName("ParameterServer")
+          ->full_name(),
+      "/Stream"));
+  return name->c_str();
+}
+
+namespace {
+
+// ---- Writing ---------------------------------------------------------------
+
+constexpr uint8_t kLengthDelimited = 2;
+constexpr uint8_t Tag(int field, uint8_t wire_type) {
+  return static_cast<uint8_t>((field << 3) | wire_type);
+}
+// Field numbers (parameter_server.proto).
+constexpr int kRequestHello = 1, kRequestPush = 2, kPushData = 6,
+              kPushRange = 8, kResponseParams = 1, kParamsData = 5;
+
+void PutVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// outer_tag, the length of (inner + data field), inner, then data's tag
+// and length: the bytes before the payload.
+std::string Prefix(uint8_t outer_tag, const std::string& inner,
+                   uint8_t data_tag, size_t data_bytes) {
+  const size_t data_field =
+      data_bytes == 0 ? 0 : 1 + VarintSize(data_bytes) + data_bytes;
+  std::string out;
+  out.reserve(inner.size() + 24);
+  out.push_back(static_cast<char>(outer_tag));
+  PutVarint(inner.size() + data_field, &out);
+  out += inner;
+  if (data_bytes > 0) {
+    out.push_back(static_cast<char>(data_tag));
+    PutVarint(data_bytes, &out);
+  }
+  return out;
+}
+
+grpc::Status Serialize(const std::string& prefix, grpc::Slice data,
+                       size_t data_bytes, grpc::ByteBuffer* out) {
+  grpc::Slice slices[2] = {grpc::Slice(prefix), std::move(data)};
+  grpc::ByteBuffer bb(slices, data_bytes == 0 ? 1 : 2);
+  out->Swap(&bb);
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status SerializeFrame(const RequestFrame& frame, grpc::ByteBuffer* out) {
+  if (!frame.message.has_push()) {
+    return Serialize(frame.message.SerializeAsString(), grpc::Slice(), 0, out);
+  }
+  if (!frame.message.push().data().empty()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        "push.data must be sent out of line (frame.out)");
+  }
+  const std::string prefix =
+      Prefix(Tag(kRequestPush, kLengthDelimited),
+             frame.message.push().SerializeAsString(),
+             Tag(kPushData, kLengthDelimited), frame.out_bytes);
+  if (frame.out_bytes == 0) return Serialize(prefix, grpc::Slice(), 0, out);
+  grpc::Slice data =
+      frame.pins != nullptr
+          ? frame.pins->Pin(frame.out, frame.out_bytes)
+          : grpc::Slice(frame.out, frame.out_bytes, grpc::Slice::STATIC_SLICE);
+  return Serialize(prefix, std::move(data), frame.out_bytes, out);
+}
+
+grpc::Status SerializeFrame(const ResponseFrame& frame,
+                            grpc::ByteBuffer* out) {
+  if (!frame.message.params().data().empty()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        "params.data must be sent out of line (frame.out)");
+  }
+  const std::string prefix =
+      Prefix(Tag(kResponseParams, kLengthDelimited),
+             frame.message.params().SerializeAsString(),
+             Tag(kParamsData, kLengthDelimited), frame.out_bytes);
+  if (frame.out_bytes == 0) return Serialize(prefix, grpc::Slice(), 0, out);
+  return Serialize(prefix, frame.out.sub(0, frame.out_bytes), frame.out_bytes,
+                   out);
+}
+
+namespace {
+
+// ---- Reading ---------------------------------------------------------------
+
+// Protobuf's wire format over a message's slices, without copying bytes
+// fields it is asked to keep in place.
+class SliceReader {
+ public:
+  explicit SliceReader(const std::vector<grpc::Slice>& slices)
+      : slices_(slices) {
+    for (const grpc::Slice& s : slices) size_ += s.size();
+  }
+
+  size_t pos() const { return pos_; }
+  size_t size() const { return size_; }
+
+  bool Byte(uint8_t* b) {
+    while (index_ < slices_.size() && offset_ == slices_[index_].size()) {
+      ++index_;
+      offset_ = 0;
+    }
+    if (index_ == slices_.size()) return false;
+    *b = slices_[index_].begin()[offset_++];
+    ++pos_;
+    return true;
+  }
+
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!Byte(&b)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;  // more than 10 bytes
+  }
+
+  // The next n bytes as pieces of `out` (no copy).
+  bool Pieces(size_t n, Payload* out) {
+    if (n > size_ - pos_) return false;
+    pos_ += n;
+    while (n > 0) {
+      const grpc::Slice& s = slices_[index_];
+      const size_t take = std::min(n, s.size() - offset_);
+      out->Add(s.begin() + offset_, take);
+      offset_ += take;
+      n -= take;
+      if (offset_ == s.size()) {
+        ++index_;
+        offset_ = 0;
+      }
+    }
+    return true;
+  }
+
+  // The next n bytes copied (small fields).
+  bool Copy(size_t n, std::string* out) {
+    Payload p;
+    if (!Pieces(n, &p)) return false;
+    out->clear();
+    out->reserve(n);
+    p.ForEachPiece([&](const char* d, size_t k) { out->append(d, k); });
+    return true;
+  }
+
+  bool Skip(uint8_t wire_type) {
+    uint64_t v;
+    switch (wire_type) {
+      case 0: return Varint(&v);
+      case 1: return SkipBytes(8);
+      case 2: return Varint(&v) && SkipBytes(v);
+      case 5: return SkipBytes(4);
+      default: return false;  // groups: not in our messages
+    }
+  }
+
+ private:
+  bool SkipBytes(uint64_t n) {
+    Payload ignored;
+    return Pieces(n, &ignored);
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  size_t size_ = 0, pos_ = 0, index_ = 0, offset_ = 0;
+};
+
+grpc::Status Malformed(absl::string_view what) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrCat("malformed message: ", what));
+}
+
+// Reads the fields of one message that ends at `end`, calling
+// field(number, wire_type) for each; field returns false when the value
+// was malformed. Unknown fields are the caller's to Skip.
+template <typename F>
+bool Fields(SliceReader& r, size_t end, F&& field) {
+  while (r.pos() < end) {
+    uint64_t tag;
+    if (!r.Varint(&tag)) return false;
+    if (!field(static_cast<int>(tag >> 3), static_cast<uint8_t>(tag & 7)))
+      return false;
+    if (r.pos() > end) return false;
+  }
+  return r.pos() == end;
+}
+
+// The end of a length-delimited field that starts here.
+bool Length(SliceReader& r, size_t end, size_t* field_end) {
+  uint64_t n;
+  if (!r.Varint(&n) || n > end - r.pos()) return false;
+  *field_end = r.pos() + n;
+  return true;
+}
+
+bool ParsePush(SliceReader& r, size_t end, v1::Push* push, Payload* data) {
+  return Fields(r, end, [&](int field, uint8_t wt) {
+    uint64_t v = 0;
+    if (field == kPushData && wt == kLengthDelimited) {
+      size_t data_end;
+      if (!Length(r, end, &data_end)) return false;
+      data->Clear();  // the last one wins, as in protobuf
+      return r.Pieces(data_end - r.pos(), data);
+    }
+    if (field == kPushRange && wt == kLengthDelimited) {
+      size_t range_end;
+      std::string bytes;
+      return Length(r, end, &range_end) &&
+             r.Copy(range_end - r.pos(), &bytes) &&
+             push->mutable_range()->ParseFromString(bytes);
+    }
+    if (field >= 1 && field <= 7 && field != kPushData && wt == 0) {
+      if (!r.Varint(&v)) return false;
+      switch (field) {
+        case 1: push->set_step(static_cast<int64_t>(v)); break;
+        case 2: push->set_partition(static_cast<int32_t>(v)); break;
+        case 3: push->set_offset(static_cast<int64_t>(v)); break;
+        case 4: push->set_encoding(static_cast<v1::Encoding>(v)); break;
+        case 5: push->set_samples(static_cast<int64_t>(v)); break;
+        case 7: push->set_stop(v != 0); break;
+      }
+      return true;
+    }
+    return r.Skip(wt);
+  });
+}
+
+bool ParseParams(SliceReader& r, size_t end, v1::Params* params,
+                 Payload* data) {
+  return Fields(r, end, [&](int field, uint8_t wt) {
+    uint64_t v = 0;
+    if (field == kParamsData && wt == kLengthDelimited) {
+      size_t data_end;
+      if (!Length(r, end, &data_end)) return false;
+      data->Clear();
+      return r.Pieces(data_end - r.pos(), data);
+    }
+    if (field >= 1 && field <= 7 && field != kParamsData && wt == 0) {
+      if (!r.Varint(&v)) return false;
+      switch (field) {
+        case 1: params->set_partition(static_cast<int32_t>(v)); break;
+        case 2: params->set_version(static_cast<int64_t>(v)); break;
+        case 3: params->set_offset(static_cast<int64_t>(v)); break;
+        case 4: params->set_encoding(static_cast<v1::Encoding>(v)); break;
+        case 6: params->set_stop(v != 0); break;
+        case 7: params->set_clock(static_cast<int64_t>(v)); break;
+      }
+      return true;
+    }
+    return r.Skip(wt);
+  });
+}
+
+template <typename Frame>
+grpc::Status Take(grpc::ByteBuffer* in, Frame* frame) {
+  frame->message.Clear();
+  frame->data.Clear();
+  frame->data.set_encoding(WireEncoding::kFp32);
+  frame->slices.clear();
+  grpc::Status s = in->Dump(&frame->slices);
+  in->Clear();
+  return s;
+}
+
+}  // namespace
+
+grpc::Status ParseFrame(grpc::ByteBuffer* in, RequestFrame* frame) {
+  if (grpc::Status s = Take(in, frame); !s.ok()) return s;
+  SliceReader r(frame->slices);
+  const bool ok = Fields(r, r.size(), [&](int field, uint8_t wt) {
+    size_t end;
+    if (field == kRequestHello && wt == kLengthDelimited) {
+      std::string bytes;
+      frame->data.Clear();
+      return Length(r, r.size(), &end) && r.Copy(end - r.pos(), &bytes) &&
+             frame->message.mutable_hello()->ParseFromString(bytes);
+    }
+    if (field == kRequestPush && wt == kLengthDelimited) {
+      return Length(r, r.size(), &end) &&
+             ParsePush(r, end, frame->message.mutable_push(), &frame->data);
+    }
+    return r.Skip(wt);
+  });
+  if (!ok) {
+    frame->message.Clear();
+    frame->data.Clear();
+    return Malformed("fulcrum.v1.StreamRequest does not parse");
+  }
+  if (frame->message.has_push()) {
+    absl::StatusOr<WireEncoding> e =
+        EncodingFromProto(frame->message.push().encoding(), "push.encoding");
+    if (!e.ok()) {
+      frame->data.Clear();
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          std::string(e.status().message()));
+    }
+    frame->data.set_encoding(*e);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ParseFrame(grpc::ByteBuffer* in, ResponseFrame* frame) {
+  if (grpc::Status s = Take(in, frame); !s.ok()) return s;
+  SliceReader r(frame->slices);
+  const bool ok = Fields(r, r.size(), [&](int field, uint8_t wt) {
+    size_t end;
+    if (field == kResponseParams && wt == kLengthDelimited) {
+      return Length(r, r.size(), &end) &&
+             ParseParams(r, end, frame->message.mutable_params(),
+                         &frame->data);
+    }
+    return r.Skip(wt);
+  });
+  if (!ok) {
+    frame->message.Clear();
+    frame->data.Clear();
+    return Malformed("fulcrum.v1.StreamResponse does not parse");
+  }
+  absl::StatusOr<WireEncoding> e =
+      EncodingFromProto(frame->message.params().encoding(), "params.encoding");
+  if (!e.ok()) {
+    frame->data.Clear();
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        std::string(e.status().message()));
+  }
+  frame->data.set_encoding(*e);
+  return grpc::Status::OK;
+}
+
+}  // namespace fulcrum

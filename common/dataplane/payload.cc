@@ -1,0 +1,212 @@
+#include "common/dataplane/payload.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace fulcrum {
+namespace {
+
+inline uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t Load16(const char* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+inline float Load32(const char* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+}
+
+// The element at `src` (encoded) as a float.
+template <WireEncoding E>
+inline float DecodeOne(const char* src) {
+  if constexpr (E == WireEncoding::kFp32) return Load32(src);
+  if constexpr (E == WireEncoding::kBf16)
+    return FromBits(static_cast<uint32_t>(Load16(src)) << 16);
+  return Fp16ToFloat(Load16(src));
+}
+
+template <WireEncoding E>
+void DecodeT(const char* src, int64_t n, float* dst) {
+  constexpr int w = E == WireEncoding::kFp32 ? 4 : 2;
+  for (int64_t i = 0; i < n; ++i) dst[i] = DecodeOne<E>(src + w * i);
+}
+
+template <WireEncoding E>
+void AddScaledT(const char* src, int64_t n, float wt, float* acc) {
+  constexpr int w = E == WireEncoding::kFp32 ? 4 : 2;
+  for (int64_t i = 0; i < n; ++i) acc[i] += DecodeOne<E>(src + w * i) * wt;
+}
+
+}  // namespace
+
+const char* EncodingName(WireEncoding e) {
+  switch (e) {
+    case WireEncoding::kFp32: return "fp32";
+    case WireEncoding::kBf16: return "bf16";
+    case WireEncoding::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+absl::StatusOr<WireEncoding> ParseEncoding(absl::string_view name,
+                                           absl::string_view field) {
+  if (name == "fp32") return WireEncoding::kFp32;
+  if (name == "bf16") return WireEncoding::kBf16;
+  if (name == "fp16") return WireEncoding::kFp16;
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " must be one of [fp32, bf16, fp16], got '",
+                   name.substr(0, 64), "'"));
+}
+
+absl::StatusOr<WireEncoding> EncodingFromProto(int value,
+                                               absl::string_view field) {
+  if (value == 0 || value == 1) return WireEncoding::kFp32;
+  if (value == 2) return WireEncoding::kBf16;
+  if (value == 3) return WireEncoding::kFp16;
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " ", value, " is not an encoding this shard knows "
+                   "(fp32, bf16, fp16)"));
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t u = Bits(f);
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t quiet = (u >> 16) | 0x40u;  // a NaN stays a NaN
+  u += 0x7fffu + ((u >> 16) & 1u);            // to nearest, ties to even
+  return static_cast<uint16_t>(nan ? quiet : u >> 16);
+}
+
+float Bf16ToFloat(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
+
+// After F. Giesen's float_to_half_fast3_rtne, saturating finite overflow.
+uint16_t FloatToFp16(float x) {
+  uint32_t f = Bits(x);
+  const uint32_t sign = (f >> 16) & 0x8000u;
+  f &= 0x7fffffffu;
+  uint32_t o;
+  if (f >= 0x47800000u) {  // >= 2^16, infinite or NaN
+    o = f > 0x7f800000u ? 0x7e00u : (f == 0x7f800000u ? 0x7c00u : 0x7bffu);
+  } else if (f < 0x38800000u) {  // below 2^-14: subnormal or zero
+    o = Bits(FromBits(f) + 0.5f) - 0x3f000000u;
+  } else {
+    const uint32_t odd = (f >> 13) & 1u;
+    f += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd;
+    o = f >> 13;
+    if (o >= 0x7c00u) o = 0x7bffu;  // rounded past 65504: saturate
+  }
+  return static_cast<uint16_t>(o | sign);
+}
+
+// After F. Giesen's half_to_float.
+float Fp16ToFloat(uint16_t h) {
+  uint32_t o = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  const uint32_t exp = o & 0x0f800000u;
+  o += static_cast<uint32_t>(127 - 15) << 23;
+  if (exp == 0x0f800000u) {
+    o += static_cast<uint32_t>(128 - 16) << 23;  // infinity, NaN
+  } else if (exp == 0) {                          // subnormal
+    o += 1u << 23;
+    o = Bits(FromBits(o) - FromBits(113u << 23));
+  }
+  return FromBits(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+
+void DecodeRun(WireEncoding e, const char* src, int64_t n, float* dst) {
+  switch (e) {
+    case WireEncoding::kFp32: std::memcpy(dst, src, 4 * n); return;
+    case WireEncoding::kBf16: DecodeT<WireEncoding::kBf16>(src, n, dst); return;
+    case WireEncoding::kFp16: DecodeT<WireEncoding::kFp16>(src, n, dst); return;
+  }
+}
+
+void AddScaledRun(WireEncoding e, const char* src, int64_t n, float w,
+                  float* acc) {
+  switch (e) {
+    case WireEncoding::kFp32: AddScaledT<WireEncoding::kFp32>(src, n, w, acc); return;
+    case WireEncoding::kBf16: AddScaledT<WireEncoding::kBf16>(src, n, w, acc); return;
+    case WireEncoding::kFp16: AddScaledT<WireEncoding::kFp16>(src, n, w, acc); return;
+  }
+}
+
+uint8_t MaxExponentRun(WireEncoding e, const char* src, int64_t n) {
+  // A byte max vectorizes on plain SSE2 (pmaxub), a 32-bit one does not.
+  uint8_t top = 0;
+  switch (e) {
+    case WireEncoding::kFp32:
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, src + 4 * i, 4);
+        top = std::max(top, static_cast<uint8_t>(bits >> 23));
+      }
+      return top;
+    case WireEncoding::kBf16:
+      for (int64_t i = 0; i < n; ++i)
+        top = std::max(top, static_cast<uint8_t>(Load16(src + 2 * i) >> 7));
+      return top;
+    case WireEncoding::kFp16: {
+      uint8_t e5 = 0;
+      bool subnormal = false;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = Load16(src + 2 * i);
+        e5 = std::max(e5, static_cast<uint8_t>((h >> 10) & 0x1f));
+        subnormal |= (h & 0x7fff) != 0;
+      }
+      if (e5 == 31) return 255;
+      if (e5 > 0) return static_cast<uint8_t>(e5 + 112);  // 2^(e5-15) in fp32
+      return subnormal ? 112 : 0;  // every value below 2^-14
+    }
+  }
+  return 255;
+}
+
+void EncodeRun(WireEncoding e, const float* src, int64_t n, char* dst) {
+  switch (e) {
+    case WireEncoding::kFp32:
+      if (static_cast<const void*>(src) != dst) std::memmove(dst, src, 4 * n);
+      return;
+    case WireEncoding::kBf16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = FloatToBf16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case WireEncoding::kFp16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = FloatToFp16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+  }
+}
+
+void Decode(const Payload& payload, float* dst) {
+  payload.ForEachRun([&](const char* run, int64_t first, int64_t n) {
+    DecodeRun(payload.encoding(), run, n, dst + first);
+  });
+}
+
+void AddScaled(const Payload& payload, float w, float* acc) {
+  payload.ForEachRun([&](const char* run, int64_t first, int64_t n) {
+    AddScaledRun(payload.encoding(), run, n, w, acc + first);
+  });
+}
+
+uint8_t MaxExponent(const Payload& payload) {
+  uint8_t top = 0;
+  payload.ForEachRun([&](const char* run, int64_t, int64_t n) {
+    top = std::max(top, MaxExponentRun(payload.encoding(), run, n));
+  });
+  return top;
+}
+
+}  // namespace fulcrum
