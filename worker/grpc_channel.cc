@@ -1,6 +1,7 @@
 #include "worker/grpc_channel.h"
 
 #include <cstring>
+#include <iostream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -14,15 +15,14 @@ namespace fulcrum {
 // One attempt at the stream to a shard.
 struct GrpcParameterChannel::Connection {
   grpc::ClientContext context;
-  std::unique_ptr<
-      grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>>
-      rw;
+  std::unique_ptr<grpc::ClientReaderWriter<RequestFrame, ResponseFrame>> rw;
 };
 
 struct GrpcParameterChannel::Stream {
   int shard = 0;
   std::vector<int32_t> partitions;
-  std::unique_ptr<v1::ParameterServer::Stub> stub;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::internal::RpcMethod> method;  // Stream, with frames
   std::thread sender, receiver;
   absl::Mutex mu;
   std::vector<QueuedPush> queue ABSL_GUARDED_BY(mu);  // reserved up front
@@ -62,13 +62,16 @@ GrpcParameterChannel::Connect(Stream* s) {
     if (s->cancelled) conn->context.TryCancel();
     s->attempt = conn;  // reachable by Cancel() before the call starts
   }
-  conn->rw = s->stub->Stream(&conn->context);
-  v1::StreamRequest hello;
-  hello.mutable_hello()->set_job_id(options_.job_id);
-  hello.mutable_hello()->set_worker_id(options_.worker_id);
-  hello.mutable_hello()->set_generation(options_.generation);
+  conn->rw.reset(
+      grpc::internal::ClientReaderWriterFactory<RequestFrame, ResponseFrame>::
+          Create(s->channel.get(), *s->method, &conn->context));
+  RequestFrame hello;
+  v1::Hello* h = hello.message.mutable_hello();
+  h->set_job_id(options_.job_id);
+  h->set_worker_id(options_.worker_id);
+  h->set_generation(options_.generation);
   if (s->shard < static_cast<int>(options_.shard_credentials.size()))
-    hello.mutable_hello()->set_credential(options_.shard_credentials[s->shard]);
+    h->set_credential(options_.shard_credentials[s->shard]);
   // A failed write means a failed stream: the receiver sees its status.
   conn->rw->Write(hello);
   absl::MutexLock lock(&s->mu);
@@ -131,8 +134,10 @@ absl::StatusOr<int64_t> GrpcParameterChannel::Open() {
     auto s = std::make_unique<Stream>();
     s->shard = shard;
     s->partitions = ids;
-    s->stub = v1::ParameterServer::NewStub(
-        MakeChannel(options_.shard_addresses[shard]));
+    s->channel = MakeChannel(options_.shard_addresses[shard]);
+    s->method = std::make_unique<grpc::internal::RpcMethod>(
+        StreamMethodName(), grpc::internal::RpcMethod::BIDI_STREAMING,
+        s->channel);
     {
       absl::MutexLock lock(&s->mu);
       s->queue.reserve(ids.size() * 4);
@@ -142,6 +147,8 @@ absl::StatusOr<int64_t> GrpcParameterChannel::Open() {
       stream_of_partition_[id] = static_cast<int>(streams_.size());
     streams_.push_back(std::move(s));
   }
+  if (options_.gradients != WireEncoding::kFp32)
+    encoded_.resize(layout_->total_size() * ElementBytes(options_.gradients));
   for (auto& s : streams_) {
     Stream* raw = s.get();
     s->receiver = std::thread([this, raw] { ReceiveLoop(raw); });
@@ -162,8 +169,11 @@ void GrpcParameterChannel::Push(int32_t id, int64_t step, int64_t samples,
 void GrpcParameterChannel::SendLoop(Stream* s) {
   std::vector<QueuedPush> batch;
   batch.reserve(layout_->partitions().size() * 4);
-  v1::StreamRequest request;
-  v1::Push* push = request.mutable_push();
+  RequestFrame request;
+  request.pins = &pins_;
+  v1::Push* push = request.message.mutable_push();
+  const WireEncoding encoding = options_.gradients;
+  const int width = ElementBytes(encoding);
   std::shared_ptr<Connection> conn;
   for (;;) {
     {
@@ -185,7 +195,7 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
       push->set_partition(item.id);
       push->set_samples(item.samples);
       push->set_stop(item.stop);
-      push->set_encoding(v1::ENCODING_FP32);
+      push->set_encoding(static_cast<v1::Encoding>(encoding));
       if (item.range.chunk >= 0 && item.samples > 0) {
         v1::DataRange* r = push->mutable_range();
         r->set_chunk(item.range.chunk);
@@ -198,10 +208,16 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
       ok = ForEachChunk(p, item.samples, chunk_elems_,
                         [&](int64_t offset, int64_t n) {
                           push->set_offset(offset);
-                          push->mutable_data()->assign(
-                              reinterpret_cast<const char*>(
-                                  item.grads + p.offset + offset),
-                              n * sizeof(float));
+                          const float* g = item.grads + p.offset + offset;
+                          if (encoding == WireEncoding::kFp32) {
+                            request.out = reinterpret_cast<const char*>(g);
+                          } else {
+                            char* e = encoded_.data() +
+                                      (p.offset + offset) * width;
+                            EncodeRun(encoding, g, n, e);
+                            request.out = e;
+                          }
+                          request.out_bytes = n * width;
                           return conn->rw->Write(request);
                         });
       if (!ok) break;
@@ -217,9 +233,9 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
 
 bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
                                    bool* answered) {
-  v1::StreamResponse response;
+  ResponseFrame response;
   while (conn.rw->Read(&response)) {
-    const v1::Params& p = response.params();
+    const v1::Params& p = response.message.params();
     const int32_t id = p.partition();
     if (id < 0 || id >= static_cast<int32_t>(stream_of_partition_.size()) ||
         stream_of_partition_[id] < 0 ||
@@ -229,16 +245,16 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
       return false;
     }
     const Partition& part = layout_->partitions()[id];
-    const int64_t n = p.data().size() / sizeof(float);
+    const Payload& data = response.data;
+    const int64_t n = data.elements();
     if (p.offset() < 0 || p.offset() + n > part.size ||
-        p.data().size() % sizeof(float) != 0) {
+        data.bytes() % ElementBytes(data.encoding()) != 0) {
       arrivals_.Fail(absl::InternalError(absl::StrCat(
           "shard ", s->shard, " sent a bad chunk of partition ", id)));
       return false;
     }
     *answered = true;
-    std::memcpy(params_ + part.offset + p.offset(), p.data().data(),
-                p.data().size());
+    Decode(data, params_ + part.offset + p.offset());
     arrivals_.Received(id, n, p.clock(), p.stop());
   }
   return true;
@@ -326,7 +342,13 @@ absl::Status GrpcParameterChannel::Close() {
     if (s->sender.joinable()) s->sender.join();
     if (s->receiver.joinable()) s->receiver.join();
   }
-  streams_.clear();
+  streams_.clear();  // ends the calls and their connections
+  // gRPC may still hold a slice of the gradient (or encoded_) in a
+  // transport that is going away: the caller may free both once we return.
+  if (!pins_.WaitUntilReleased(absl::Now() + absl::Seconds(10))) {
+    std::cerr << "fulcrum-worker: gRPC still holds " << pins_.outstanding()
+              << " gradient slices 10 s after the channel closed\n";
+  }
   return arrivals_.error();
 }
 

@@ -5,6 +5,12 @@
 // writes arriving parameters straight into the model's flat parameter
 // buffer.
 //
+// Payloads leave and arrive without a copy of our own (grpc_frames.h): a
+// push's slice references the gradient buffer (or, for bf16/fp16, the
+// channel's encoded copy of it), pinned until gRPC lets go of it; arriving
+// parameters are decoded straight from the message's slices into the
+// parameter buffer.
+//
 // A stream that breaks (UNAVAILABLE: a dropped connection, a restarting
 // shard; NOT_FOUND: a shard that has not got the job yet) is re-opened with
 // bounded exponential backoff and jitter within `reconnect_timeout`: the
@@ -26,6 +32,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/dataplane/arrivals.h"
+#include "common/dataplane/grpc_frames.h"
 #include "common/dataplane/parameter_channel.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 
@@ -68,6 +75,11 @@ class GrpcParameterChannel : public ParameterChannel {
   float* const params_;                  // Not owned.
   const int64_t chunk_elems_;
   Arrivals arrivals_;
+  // Gradients in wire.gradients when not fp32, at 2 bytes per element of
+  // the flat layout (each stream writes its own partitions' runs).
+  std::vector<char> encoded_;
+  // Slices gRPC holds into the gradients or encoded_: Close waits for them.
+  SlicePins pins_;
   std::vector<std::unique_ptr<Stream>> streams_;  // shards holding partitions
   std::vector<int> stream_of_partition_;
 };

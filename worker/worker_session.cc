@@ -45,6 +45,10 @@ absl::StatusOr<int64_t> WorkerSession::Join() {
   o.shard_addresses = assignment.shard_addresses;
   o.shard_credentials = assignment.shard_credentials;
   o.chunk_bytes = assignment.spec.chunk_bytes();
+  // Validated at submission (unset: fp32).
+  o.gradients = EncodingFromProto(assignment.spec.wire().gradients(),
+                                  "wire.gradients")
+                    .value_or(WireEncoding::kFp32);
   o.reconnect_timeout = options_.reconnect_timeout;
   o.on_reconnect = options_.on_reconnect;
   channel_ = channels_->Create(std::move(o), layout_, params_);

@@ -62,9 +62,18 @@ int64_t SlicePins::outstanding() const {
 }
 
 char* ResponseFrame::Reserve(size_t bytes) {
-  out = grpc::Slice(bytes);
   out_bytes = bytes;
-  return reinterpret_cast<char*>(const_cast<uint8_t*>(out.begin()));
+  if (bytes <= sizeof(small)) {
+    out = grpc::Slice();
+    return out_data = small;
+  }
+  // A heap slice (never inlined at this size), 4-aligned so that the caller
+  // may write floats there.
+  grpc::Slice room(bytes + 4);
+  const size_t skew =
+      (4 - reinterpret_cast<uintptr_t>(room.begin()) % 4) % 4;
+  out = room.sub(skew, skew + bytes);
+  return out_data = reinterpret_cast<char*>(const_cast<uint8_t*>(out.begin()));
 }
 
 const char* StreamMethodName() {
@@ -164,8 +173,10 @@ grpc::Status SerializeFrame(const ResponseFrame& frame,
              frame.message.params().SerializeAsString(),
              Tag(kParamsData, kLengthDelimited), frame.out_bytes);
   if (frame.out_bytes == 0) return Serialize(prefix, grpc::Slice(), 0, out);
-  return Serialize(prefix, frame.out.sub(0, frame.out_bytes), frame.out_bytes,
-                   out);
+  grpc::Slice data = frame.out_data == frame.small
+                         ? grpc::Slice(frame.small, frame.out_bytes)
+                         : frame.out.sub(0, frame.out_bytes);
+  return Serialize(prefix, std::move(data), frame.out_bytes, out);
 }
 
 namespace {

@@ -83,12 +83,15 @@ struct RequestFrame {
 // fill it through Reserve), `data` when received.
 struct ResponseFrame {
   v1::StreamResponse message;  // params.data left empty
-  // Sending: room for `bytes` bytes of params.data; returns where to write
-  // them (a fresh gRPC slice each time: the previous one may still be in
-  // flight).
+  // Sending: room for `bytes` bytes of params.data, 4-aligned; returns
+  // where to write them (a fresh gRPC slice each time: the previous one may
+  // still be in flight). out_bytes may be lowered afterwards (narrowed in
+  // place).
   char* Reserve(size_t bytes);
-  grpc::Slice out;
+  char* out_data = nullptr;
   size_t out_bytes = 0;
+  grpc::Slice out;            // holds out_data, unless it is `small`
+  alignas(8) char small[32];  // gRPC inlines slices this small
   // Received: params.data in its wire encoding (params.encoding).
   Payload data;
   std::vector<grpc::Slice> slices;

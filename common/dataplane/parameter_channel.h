@@ -26,6 +26,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/dataplane/payload.h"
 #include "common/tensor/layout.h"
 
 namespace fulcrum {
@@ -70,7 +71,10 @@ struct ChannelOptions {
   // By shard index, what the hello carries to prove the worker is
   // worker_id (WorkerAssignment.shard_credentials); may be empty.
   std::vector<std::string> shard_credentials;
-  int64_t chunk_bytes = 1 << 20;  // pushes travel in chunks of this size
+  int64_t chunk_bytes = 1 << 20;  // pushes travel in chunks of chunk_bytes / 4 elements
+  // How gradients travel (the job's wire.gradients); the transport
+  // encodes them. Parameters arrive in whatever encoding the shard sends.
+  WireEncoding gradients = WireEncoding::kFp32;
   absl::Duration connect_timeout = absl::Seconds(30);
   // How long a broken connection is retried before the channel fails.
   absl::Duration reconnect_timeout = absl::Seconds(30);

@@ -169,23 +169,43 @@ uint8_t MaxExponentRun(WireEncoding e, const char* src, int64_t n) {
   return 255;
 }
 
+namespace {
+
+// Blocks through local buffers: dst may overlap src (in-place narrowing)
+// and the loops still vectorize (no aliasing between the locals).
+template <uint16_t (*Narrow)(float)>
+void NarrowBlocks(const float* src, int64_t n, char* dst) {
+  constexpr int64_t kBlock = 256;
+  float in[kBlock];
+  uint16_t out[kBlock];
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t k = std::min(kBlock, n - at);
+    std::memcpy(in, src + at, 4 * k);
+    for (int64_t i = 0; i < k; ++i) out[i] = Narrow(in[i]);
+    std::memcpy(dst + 2 * at, out, 2 * k);
+  }
+}
+
+}  // namespace
+
 void EncodeRun(WireEncoding e, const float* src, int64_t n, char* dst) {
   switch (e) {
     case WireEncoding::kFp32:
       if (static_cast<const void*>(src) != dst) std::memmove(dst, src, 4 * n);
       return;
-    case WireEncoding::kBf16:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToBf16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    case WireEncoding::kFp16:
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToFp16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
+    case WireEncoding::kBf16: NarrowBlocks<FloatToBf16>(src, n, dst); return;
+    case WireEncoding::kFp16: NarrowBlocks<FloatToFp16>(src, n, dst); return;
+  }
+}
+
+void RoundTrip(WireEncoding e, float* values, int64_t n) {
+  if (e == WireEncoding::kFp32) return;
+  EncodeRun(e, values, n, reinterpret_cast<char*>(values));
+  // Widen back to front: element i's two bytes sit at 2i <= 4i.
+  for (int64_t i = n - 1; i >= 0; --i) {
+    float v;
+    DecodeRun(e, reinterpret_cast<const char*>(values) + 2 * i, 1, &v);
+    values[i] = v;
   }
 }
 

@@ -131,6 +131,10 @@ uint8_t MaxExponentRun(WireEncoding e, const char* src, int64_t n);
 // memory (in-place narrowing, front to back).
 void EncodeRun(WireEncoding e, const float* src, int64_t n, char* dst);
 
+// values[i] = decode(encode(values[i])): what a trip over the wire makes of
+// them (in-process transports).
+void RoundTrip(WireEncoding e, float* values, int64_t n);
+
 // The same over a whole payload; dst/acc hold payload.elements() floats.
 void Decode(const Payload& payload, float* dst);
 void AddScaled(const Payload& payload, float w, float* acc);

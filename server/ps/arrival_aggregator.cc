@@ -37,7 +37,7 @@ class ArrivalAggregator : public Aggregator {
                      p.tracker.Record(member, chunk, c.samples, c.largest));
     if (arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
     float* staged = a.staging.data() + member * p.meta.size;
-    if (c.samples > 0) std::memcpy(staged + c.offset, c.data, c.bytes);
+    if (c.samples > 0) Decode(c.data, staged + c.offset);
     if (!p.tracker.Complete(member)) return PushOutcome::kPartial;
     if (c.samples > 0) {
       // The member's whole gradient is here: apply it now, weighted so that

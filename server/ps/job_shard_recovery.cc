@@ -241,8 +241,7 @@ absl::Status JobShard::Initialize(const std::string& worker_id,
   c.partition = partition;
   c.offset = offset;
   c.samples = 1;
-  c.data = data;
-  c.bytes = bytes;
+  c.data = Payload(data, bytes);
   if (absl::Status s = ValidatePush(p->meta, chunk_elems_, c); !s.ok()) {
     return absl::Status(s.code(), absl::StrReplaceAll(
                                       s.message(), {{"push.", "initialize."}}));

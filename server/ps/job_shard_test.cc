@@ -125,7 +125,7 @@ TEST(ShardCoreTest, RejectsBadPushesWithoutChangingState) {
   EXPECT_NE(r.status().message().find("push.partition 7"), std::string::npos);
 
   c = Chunk(0, g, 1);
-  c.bytes = 36;
+  c.data = Payload(g.data(), 36);
   r = (*job)->Push(0, c);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("push.data has 36 bytes, expected 40"),

@@ -11,6 +11,7 @@ struct LocalParameterChannel::Link : public ParamsWriter {
   LocalParameterChannel* channel = nullptr;
   int shard = 0;
   std::thread thread;
+  std::vector<char> encoded;  // a chunk in wire.gradients (not fp32)
   absl::Mutex mu;
   std::vector<QueuedPush> queue ABSL_GUARDED_BY(mu);
   bool closing ABSL_GUARDED_BY(mu) = false;
@@ -25,6 +26,10 @@ struct LocalParameterChannel::Link : public ParamsWriter {
            channel->layout_->partitions()[partition].offset + offset;
   }
   bool Send(const ParamsHeader& h) override {
+    RoundTrip(h.encoding,
+              channel->params_ +
+                  channel->layout_->partitions()[h.partition].offset + h.offset,
+              h.count);
     channel->arrivals_.Received(h.partition, h.count, h.clock, h.stop);
     return !Stopped();
   }
@@ -143,8 +148,15 @@ void LocalParameterChannel::Serve(Link* link) {
         c.partition = item.id;
         c.offset = offset;
         c.samples = item.samples;
-        c.data = reinterpret_cast<const char*>(item.grads + p.offset + offset);
-        c.bytes = n * sizeof(float);
+        const float* g = item.grads + p.offset + offset;
+        if (options_.gradients == WireEncoding::kFp32) {
+          c.data = Payload(g, n * sizeof(float));
+        } else {
+          link->encoded.resize(n * ElementBytes(options_.gradients));
+          EncodeRun(options_.gradients, g, n, link->encoded.data());
+          c.data = Payload(link->encoded.data(), link->encoded.size(),
+                           options_.gradients);
+        }
         c.stop = item.stop;
         if (item.samples > 0)
           c.range = {item.range.chunk, item.range.begin, item.range.end};

@@ -113,8 +113,7 @@ TEST(PushFuzzTest, MutatedPushesAreRejectedWithAMessageAndChangeNothing) {
         std::memcpy(data.data() + 4 * below(elems), &bad, 4);
       }
       if (below(16) == 0) data.push_back(1);  // not a whole float
-      c.data = data.data();
-      c.bytes = data.size();
+      c.data = Payload(data.data(), data.size());
       absl::StatusOr<PushOutcome> r = job.Push(member, c);
       if (r.ok()) {
         ++accepted;

@@ -10,31 +10,28 @@ namespace fulcrum {
 namespace {
 
 // One pass, the largest exponent: 255 means a NaN or an infinity; else the
-// largest |element| is below 2^(top - 126). A byte max vectorizes on plain
-// SSE2 (pmaxub), where a 32-bit one does not.
-absl::Status CheckFinite(const Partition& p, const PushChunk& c, int64_t n,
+// largest |element| is below 2^(top - 126). Only then a second pass finds
+// the element to name.
+absl::Status CheckFinite(const Partition& p, const PushChunk& c,
                          float* largest) {
-  uint8_t top = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, c.data + 4 * i, 4);
-    top = std::max(top, static_cast<uint8_t>(bits >> 23));
-  }
+  const uint8_t top = MaxExponent(c.data);
   if (top != 0xff) {
     if (largest != nullptr)
       *largest = top == 0 ? 0.0f : std::ldexp(1.0f, static_cast<int>(top) - 127);
     return absl::OkStatus();
   }
-  for (int64_t i = 0; i < n; ++i) {
-    float v;
-    std::memcpy(&v, c.data + 4 * i, 4);
-    if (!std::isfinite(v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("push.data element ", c.offset + i, " of partition ",
-                       p.id, " is not finite (", v, ")"));
+  int64_t bad = -1;
+  float value = 0.0f;
+  c.data.ForEachRun([&](const char* run, int64_t first, int64_t n) {
+    for (int64_t i = 0; i < n && bad < 0; ++i) {
+      DecodeRun(c.data.encoding(), run + i * ElementBytes(c.data.encoding()),
+                1, &value);
+      if (!std::isfinite(value)) bad = first + i;
     }
-  }
-  return absl::OkStatus();
+  });
+  return absl::InvalidArgumentError(
+      absl::StrCat("push.data element ", c.offset + bad, " of partition ",
+                   p.id, " is not finite (", value, ")"));
 }
 
 }  // namespace
@@ -56,7 +53,7 @@ absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
         c.range.chunk, " [", c.range.begin, ", ", c.range.end, ")"));
   }
   if (c.samples == 0) {
-    if (c.bytes != 0 || c.offset != 0) {
+    if (c.data.bytes() != 0 || c.offset != 0) {
       return absl::InvalidArgumentError(
           "push.data must be empty and push.offset 0 when push.samples is 0");
     }
@@ -67,13 +64,15 @@ absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
         "push.offset ", c.offset, " is not a chunk boundary of partition ",
         p.id, " (size ", p.size, ", chunk ", chunk_elems, " elements)"));
   }
-  const int64_t expected = std::min(chunk_elems, p.size - c.offset) * 4;
-  if (static_cast<int64_t>(c.bytes) != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("push.data has ", c.bytes, " bytes, expected ", expected,
-                     " for partition ", p.id, " offset ", c.offset));
+  const int64_t expected = std::min(chunk_elems, p.size - c.offset) *
+                           ElementBytes(c.data.encoding());
+  if (static_cast<int64_t>(c.data.bytes()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.data has ", c.data.bytes(), " bytes, expected ", expected,
+        " for partition ", p.id, " offset ", c.offset, " (",
+        EncodingName(c.data.encoding()), ")"));
   }
-  return CheckFinite(p, c, expected / 4, largest);
+  return CheckFinite(p, c, largest);
 }
 
 void PushTracker::Reset(int members, int64_t num_chunks) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/dataplane/payload.h"
 #include "common/tensor/layout.h"
 #include "server/ps/data_ledger.h"
 
@@ -21,8 +22,9 @@ struct PushChunk {
   int32_t partition = 0;
   int64_t offset = 0;   // elements from the partition start
   int64_t samples = 0;  // 0: this worker has no gradient for the step
-  const char* data = nullptr;  // little-endian fp32, not owned
-  size_t bytes = 0;
+  // The elements, in their wire encoding (push.encoding), in pieces that
+  // are not owned (the message's slices, or the sender's buffer).
+  Payload data;
   bool stop = false;
   int64_t generation = 1;  // of the pushing stream
   DataRange range;         // chunk sharding: the samples behind it

@@ -39,19 +39,47 @@ class GrpcParamsWriter : public ParamsWriter {
   v1::Params* const params_;
 };
 
-// The wire's push as the core's chunk; `push` must outlive `out`.
-absl::Status FromProto(const v1::Push& push, PushChunk* out) {
-  if (push.encoding() != v1::ENCODING_FP32 &&
-      push.encoding() != v1::ENCODING_UNSPECIFIED) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("push.encoding ", push.encoding(), " is not supported"));
+// Params frames written to the data-plane stream: the values are read once,
+// into a fresh slice (narrowed there when the job sends bf16), and leave
+// from it.
+class FrameParamsWriter : public ParamsWriter {
+ public:
+  explicit FrameParamsWriter(
+      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream)
+      : stream_(stream) {}
+  float* Reserve(int32_t, int64_t, int64_t count) override {
+    return reinterpret_cast<float*>(frame_.Reserve(count * sizeof(float)));
   }
+  bool Send(const ParamsHeader& h) override {
+    v1::Params* p = frame_.message.mutable_params();
+    p->set_partition(h.partition);
+    p->set_offset(h.offset);
+    p->set_version(h.version);
+    p->set_clock(h.clock);
+    p->set_stop(h.stop);
+    p->set_encoding(static_cast<v1::Encoding>(h.encoding));
+    if (h.encoding != WireEncoding::kFp32) {
+      char* data = frame_.out_data;
+      EncodeRun(h.encoding, reinterpret_cast<const float*>(data), h.count,
+                data);
+      frame_.out_bytes = h.count * ElementBytes(h.encoding);
+    }
+    return stream_->Write(frame_);
+  }
+
+ private:
+  grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* const stream_;
+  ResponseFrame frame_;
+};
+
+// The wire's push as the core's chunk; `frame` must outlive `out`.
+absl::Status FromFrame(const RequestFrame& frame, PushChunk* out) {
+  const v1::Push& push = frame.message.push();
   out->step = push.step();
   out->partition = push.partition();
   out->offset = push.offset();
   out->samples = push.samples();
-  out->data = push.data().data();
-  out->bytes = push.data().size();
+  out->data = frame.data;  // push.encoding's, checked by the parse
   out->stop = push.stop();
   out->range = push.has_range() ? DataRange{push.range().chunk(),
                                             push.range().begin(),
@@ -65,6 +93,21 @@ absl::Status FromProto(const v1::Push& push, PushChunk* out) {
 ParameterServerService::ParameterServerService(ParameterShard* shard,
                                                Options options)
     : shard_(shard), options_(options), metrics_(options.metrics) {
+  // Stream reads and writes frames (payloads out of line) instead of the
+  // generated protobuf types; the bytes on the wire are the same.
+  MarkMethodStreamed(
+      v1::Push::descriptor()
+          ->file()
+          ->FindServiceByName("ParameterServer")
+          ->FindMethodByName("Stream")
+          ->index(),
+      new grpc::internal::BidiStreamingHandler<ParameterServerService,
+                                               RequestFrame, ResponseFrame>(
+          [](ParameterServerService* service, grpc::ServerContext* context,
+             grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream) {
+            return service->StreamFrames(context, stream);
+          },
+          this));
   if (metrics_ == nullptr) {
     own_registry_ = std::make_unique<metrics::Registry>();
     own_metrics_ = std::make_unique<ShardMetrics>(*own_registry_);
@@ -188,9 +231,9 @@ void ParameterServerService::Leave(uint64_t watch) {
   metrics_->streams.WithLabels().Set(open_streams_.fetch_sub(1) - 1);
 }
 
-grpc::Status ParameterServerService::Stream(
+grpc::Status ParameterServerService::StreamFrames(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) {
+    grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream) {
   Watchdog::Deadline deadline(absl::Now() + options_.hello_timeout);
   uint64_t watch = 0;
   absl::Status s = Admit(context, &deadline, &watch);
@@ -207,9 +250,9 @@ grpc::Status ParameterServerService::Stream(
 
 absl::Status ParameterServerService::ServeStream(
     grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream,
+    grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
     Watchdog::Deadline* deadline) {
-  v1::StreamRequest request;
+  RequestFrame request;
   if (!stream->Read(&request)) {
     return context->IsCancelled()
                ? absl::DeadlineExceededError(absl::StrCat(
@@ -218,17 +261,16 @@ absl::Status ParameterServerService::ServeStream(
                : absl::OkStatus();
   }
   Busy(deadline);
-  if (!request.has_hello()) {
+  if (!request.message.has_hello()) {
     return absl::FailedPreconditionError(
         "the first message of a stream must be hello");
   }
-  v1::StreamResponse response;
-  GrpcParamsWriter writer(stream, &response, response.mutable_params());
+  FrameParamsWriter writer(stream);
   WorkerStream::Options options;
   options.step_timeout = options_.step_timeout;
   options.metrics = metrics_;
   options.cancelled = [context] { return context->IsCancelled(); };
-  const v1::Hello& hello = request.hello();
+  const v1::Hello hello = request.message.hello();
   RETURN_IF_ERROR(AsWorker(hello.job_id(), hello.worker_id(), hello.credential()));
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerStream> worker,
                    WorkerStream::Open(*shard_,
@@ -239,12 +281,12 @@ absl::Status ParameterServerService::ServeStream(
     Idle(deadline, options_.idle_timeout);
     if (!stream->Read(&request)) break;
     Busy(deadline);  // a read may wait for the other workers (step_timeout)
-    if (!request.has_push()) {
+    if (!request.message.has_push()) {
       return absl::InvalidArgumentError(
           "hello may only be the first message of a stream");
     }
     PushChunk chunk;
-    RETURN_IF_ERROR(FromProto(request.push(), &chunk));
+    RETURN_IF_ERROR(FromFrame(request, &chunk));
     RETURN_IF_ERROR(worker->Push(chunk));
   }
   if (context->IsCancelled()) {

@@ -1,6 +1,9 @@
 // gRPC front of the parameter shard: unpacks requests, calls ParameterShard,
 // JobShard and WorkerStream, converts statuses. No training logic lives
-// here; the stream's rules are WorkerStream's.
+// here; the stream's rules are WorkerStream's. The data-plane method
+// (Stream) reads and writes common/dataplane/grpc_frames.h's frames - the
+// protobuf messages with their tensor bytes out of line - so that pushes
+// are reduced straight from the slices they arrived in.
 #ifndef FULCRUM_SERVER_PS_SERVICE_H_
 #define FULCRUM_SERVER_PS_SERVICE_H_
 
@@ -8,6 +11,7 @@
 #include <memory>
 
 #include "absl/time/time.h"
+#include "common/dataplane/grpc_frames.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "server/ps/parameter_shard.h"
 #include "common/concurrency/watchdog.h"
@@ -48,10 +52,10 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   grpc::Status EndJob(grpc::ServerContext* context,
                       const v1::EndJobRequest* request,
                       v1::EndJobResponse* response) override;
-  grpc::Status Stream(
+  // ParameterServer.Stream, registered in place of the generated handler.
+  grpc::Status StreamFrames(
       grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream)
-      override;
+      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream);
   grpc::Status Reconfigure(grpc::ServerContext* context,
                            const v1::ReconfigureRequest* request,
                            v1::ReconfigureResponse* response) override;
@@ -68,7 +72,7 @@ class ParameterServerService final : public v1::ParameterServer::Service {
  private:
   absl::Status ServeStream(
       grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream,
+      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
       Watchdog::Deadline* deadline);
   absl::Status ServeInitialize(grpc::ServerContext* context,
                                grpc::ServerReader<v1::InitializeRequest>* reader,

@@ -93,14 +93,9 @@ class SyncAggregator : public Aggregator {
 
  private:
   void Accumulate(PartitionState::Barrier& b, const PushChunk& c) const {
-    const float w = static_cast<float>(c.samples);
-    const int64_t n = c.bytes / 4;
-    float* acc = b.accum.data() + c.offset;
-    for (int64_t i = 0; i < n; ++i) {
-      float v;
-      std::memcpy(&v, c.data + 4 * i, 4);
-      acc[i] += v * w;
-    }
+    // Straight from the pieces the push arrived in.
+    AddScaled(c.data, static_cast<float>(c.samples),
+              b.accum.data() + c.offset);
   }
 
   // Every member has pushed: apply the averaged gradient out of place, so

@@ -11,7 +11,8 @@ namespace {
 // Every chunk of `partition`'s current values; clock < 0: its version.
 // Counts the bytes in `pulled` (may be null).
 absl::Status SendOne(JobShard& job, int32_t partition, int64_t clock,
-                     ParamsWriter* writer, metrics::Counter* pulled) {
+                     WireEncoding encoding, ParamsWriter* writer,
+                     metrics::Counter* pulled) {
   const int64_t size = job.PartitionSize(partition);
   const int64_t chunk = job.chunk_elems();
   for (int64_t offset = 0; offset < size; offset += chunk) {
@@ -19,11 +20,15 @@ absl::Status SendOne(JobShard& job, int32_t partition, int64_t clock,
     h.partition = partition;
     h.offset = offset;
     h.count = std::min(chunk, size - offset);
+    h.encoding = encoding;
     float* out = writer->Reserve(partition, offset, h.count);
     RETURN_IF_ERROR(
         job.Read(partition, offset, h.count, out, &h.version, &h.stop));
     h.clock = clock < 0 ? h.version : clock;
-    if (pulled != nullptr) pulled->Increment(static_cast<double>(4 * h.count));
+    if (pulled != nullptr) {
+      pulled->Increment(
+          static_cast<double>(ElementBytes(encoding) * h.count));
+    }
     if (!writer->Send(h)) return absl::UnavailableError("peer closed the stream");
   }
   return absl::OkStatus();
@@ -40,7 +45,10 @@ absl::Status SendPartitions(JobShard& job, std::vector<int32_t> ids,
           absl::StrCat("partitions: ", id, " is not held by this shard"));
     }
   }
-  for (int32_t id : ids) RETURN_IF_ERROR(SendOne(job, id, -1, writer, pulled));
+  for (int32_t id : ids) {
+    RETURN_IF_ERROR(
+        SendOne(job, id, -1, WireEncoding::kFp32, writer, pulled));
+  }
   return absl::OkStatus();
 }
 
@@ -82,7 +90,11 @@ WorkerStream::WorkerStream(std::shared_ptr<JobShard> job, int member,
       member_(member),
       generation_(generation),
       options_(std::move(options)),
-      writer_(writer) {
+      writer_(writer),
+      params_encoding_(
+          job_->init().spec.wire().parameters() == v1::ENCODING_BF16
+              ? WireEncoding::kBf16
+              : WireEncoding::kFp32) {
   if (options_.metrics != nullptr)
     metrics_ = options_.metrics->ForJob(job_->init().job_id);
   completed_.reserve(job_->partition_ids().size());
@@ -94,13 +106,14 @@ WorkerStream::~WorkerStream() {
 }
 
 absl::Status WorkerStream::SendPartition(int32_t partition, int64_t clock) {
-  return SendOne(*job_, partition, clock, writer_, metrics_.pull_bytes);
+  return SendOne(*job_, partition, clock, params_encoding_, writer_,
+                 metrics_.pull_bytes);
 }
 
 absl::Status WorkerStream::Push(PushChunk chunk) {
   chunk.generation = generation_;
   if (metrics_.push_bytes != nullptr)
-    metrics_.push_bytes->Increment(static_cast<double>(chunk.bytes));
+    metrics_.push_bytes->Increment(static_cast<double>(chunk.data.bytes()));
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(const PushOutcome outcome, job_->Push(member_, chunk));
   if (metrics_.aggregate_seconds != nullptr) {

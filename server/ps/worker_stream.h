@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/dataplane/payload.h"
 #include "server/ps/job_shard.h"
 #include "server/ps/parameter_shard.h"
 #include "server/ps/shard_metrics.h"
@@ -37,6 +38,9 @@ struct ParamsHeader {
   int64_t version = 0;
   int64_t clock = 0;  // the step the reader may compute next
   bool stop = false;  // a worker asked to stop: the final version
+  // How the values travel (the job's wire.parameters; Pull: fp32). The
+  // writer narrows what Reserve returned when it is not fp32.
+  WireEncoding encoding = WireEncoding::kFp32;
 };
 
 // The transport's half of a stream: where parameters go.
@@ -108,6 +112,7 @@ class WorkerStream {
   const int64_t generation_;
   const Options options_;
   ParamsWriter* const writer_;  // Not owned.
+  const WireEncoding params_encoding_;  // the job's wire.parameters
   ShardMetrics::Job metrics_{};  // all null without metrics
   // Partitions this worker completed for completing_step_, in completion
   // order (one completed earlier on a broken stream counts too).

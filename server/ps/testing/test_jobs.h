@@ -43,8 +43,7 @@ inline PushChunk Chunk(int64_t step, const std::vector<float>& g, int64_t sample
   PushChunk c;
   c.step = step;
   c.samples = samples;
-  c.data = reinterpret_cast<const char*>(g.data());
-  c.bytes = g.size() * 4;
+  c.data = Payload(g.data(), g.size() * 4);
   return c;
 }
 
