@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# The data plane alone (issue 13, item 1): the round trip of one sync step -
-# every partition's push and the new parameters back - for gradients of 1,
-# 4, 16 and 100 MB, W workers and S shards, beside gloo's all-reduce of the
-# same size among the same number of processes (Debian's PyTorch, one thread
+# The data plane alone (issue 13): the round trip of one sync step - every
+# partition's push and the new parameters back - for gradients of 1, 4, 16
+# and 100 MB, W workers and S shards, beside gloo's all-reduce of the same
+# size among the same number of processes (Debian's PyTorch, one thread
 # each), in one run, alternating. Prints a table: median microseconds (p10-
 # p90), the ratio to gloo, and the exchange's rate as a fraction of this
-# machine's memcpy bandwidth measured in the same run (2 x size / time: the
-# gradient goes out and the parameters come back).
+# machine's memcpy bandwidth measured in the same run (2 x fp32 size / time:
+# the gradient goes out and the parameters come back).
 #
 #   bench/exchange.sh [--sizes "1 4 16 100"] [--workers "1 2 4"]
 #                     [--shards "1 2"] [--steps 20] [--warmup 3]
+#                     [--wire "fp32 bf16"]        # wire.gradients to run
+#                     [--params fp32|bf16]         # wire.parameters
+#                     [--baseline BIN]             # an older build, alternated
+#
+# --baseline BIN (a bazel-bin of another commit, with bench/exchange_driver,
+# worker/capi/libfulcrum.so and the cluster binaries) runs the same fp32
+# rows on that build's own cluster, alternating with this one, and adds its
+# time and the ratio new / baseline: before-and-after in one script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes="1 4 16 100" workers="1 2 4" shards="1 2" steps=20 warmup=3
+wires="fp32" params=fp32 baseline=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes=$2; shift 2 ;;
@@ -20,6 +29,9 @@ while [ $# -gt 0 ]; do
     --shards) shards=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
+    --wire) wires=$2; shift 2 ;;
+    --params) params=$2; shift 2 ;;
+    --baseline) baseline=$(cd "$2" && pwd); shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -30,19 +42,20 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
 fi
 bazel build --noshow_progress //bench:exchange_driver //worker/capi:libfulcrum.so
 cluster_build  # also shuts Bazel down
-driver=bazel-bin/bench/exchange_driver lib=$PWD/bazel-bin/worker/capi/libfulcrum.so
-memcpy=$("$driver" --memcpy_mb=100)
+this_bin=$bin
+memcpy=$("$this_bin/bench/exchange_driver" --memcpy_mb=100)
 echo "memcpy: $memcpy GB/s (100 MB, this run)"
 run=.fulcrum/exchange
-printf "%-4s %-3s %-6s %22s %22s %8s %9s\n" S W MB "fulcrum us (p10-p90)" \
-  "gloo us (p10-p90)" "f/gloo" "of memcpy"
-for s in $shards; do
-  cluster_start "$run" "$s"
-  cluster_wait_members "$s"
-  for w in $workers; do
-    for mb in $sizes; do
-      floats=$((mb * 262144))
-      cat > "$run/job.yaml" <<YAML
+
+# One Fulcrum row on the cluster at $coord built in $1: prints
+# "median p10 p90" of the slowest worker.
+fulcrum_row() {
+  local b=$1 w=$2 mb=$3 wire=$4 dir=$5
+  local floats=$((mb * 262144)) extra=""
+  if [ "$wire" != fp32 ] || [ "$params" != fp32 ]; then
+    extra="wire: {gradients: $wire, parameters: $params}"
+  fi
+  cat > "$dir/job.yaml" <<YAML
 name: exchange-${mb}mb
 model: {type: external}
 optimizer: {type: sgd, lr: 0.000001}
@@ -50,29 +63,60 @@ batch_size: 64
 workers: {min: $w, max: $w}
 shards: $s
 eval_every_steps: 1000000
+$extra
 YAML
-      job=$(ctl submit "$run/job.yaml")
-      rm -f "$run"/driver-*
-      pids=()
-      for i in $(seq "$w"); do
-        "$driver" --lib="$lib" --coordinator="$coord" --job="$job" \
-          --floats="$floats" --steps="$steps" --warmup="$warmup" \
-          >"$run/driver-$i.out" 2>"$run/driver-$i.log" &
-        pids+=($!)
-      done
-      for p in "${pids[@]}"; do wait "$p"; done
-      # The step is the slowest worker's.
-      read -r f f10 f90 < <(sort -n -r "$run"/driver-*.out | head -1)
+  local job pids=() i
+  job=$(bin=$b ctl submit "$dir/job.yaml")
+  rm -f "$dir"/driver-*
+  for i in $(seq "$w"); do
+    "$b/bench/exchange_driver" --lib="$b/worker/capi/libfulcrum.so" \
+      --coordinator="$coord" --job="$job" --floats="$floats" \
+      --steps="$steps" --warmup="$warmup" \
+      >"$dir/driver-$i.out" 2>"$dir/driver-$i.log" &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i"; done
+  sort -n -r "$dir"/driver-*.out | head -1  # the step is the slowest worker's
+}
+
+printf "%-3s %-3s %-5s %-5s %22s %22s %7s %9s" S W MB wire \
+  "fulcrum us (p10-p90)" "gloo us (p10-p90)" "f/gloo" "of memcpy"
+[ -n "$baseline" ] && printf " %22s %8s" "baseline us" "new/base"
+echo
+for s in $shards; do
+  if [ -n "$baseline" ]; then
+    bin=$baseline cluster_start "$run-base" "$s"
+    base_coord=$coord
+    bin=$baseline cluster_wait_members "$s"
+  fi
+  bin=$this_bin cluster_start "$run" "$s"
+  this_coord=$coord
+  bin=$this_bin cluster_wait_members "$s"
+  for w in $workers; do
+    for mb in $sizes; do
+      floats=$((mb * 262144))
       read -r g g10 g90 < <(/usr/bin/python3 bench/gloo_allreduce.py \
         --floats="$floats" --world="$w" --steps="$steps" --warmup="$warmup")
-      /usr/bin/python3 - "$s" "$w" "$mb" "$f" "$f10" "$f90" "$g" "$g10" "$g90" "$memcpy" <<'PY'
+      for wire in $wires; do
+        coord=$this_coord
+        read -r f f10 f90 < <(fulcrum_row "$this_bin" "$w" "$mb" "$wire" "$run")
+        b="" b10="" b90=""
+        if [ -n "$baseline" ] && [ "$wire" = fp32 ] && [ "$params" = fp32 ]; then
+          coord=$base_coord
+          read -r b b10 b90 < <(fulcrum_row "$baseline" "$w" "$mb" fp32 "$run-base")
+        fi
+        /usr/bin/python3 - "$s" "$w" "$mb" "$wire" "$f" "$f10" "$f90" "$g" "$g10" "$g90" "$memcpy" "$b" "$b10" "$b90" <<'PY'
 import sys
-s, w, mb, f, f10, f90, g, g10, g90, memcpy = sys.argv[1:]
+s, w, mb, wire, f, f10, f90, g, g10, g90, memcpy, b, b10, b90 = sys.argv[1:]
 rate = 2 * float(mb) * (1 << 20) / (float(f) * 1e-6) / 1e9
-print(f"{s:<4} {w:<3} {mb:<6} {f:>8} ({f10}-{f90})".ljust(36)
-      + f" {g:>8} ({g10}-{g90})".ljust(23)
-      + f" {float(f) / max(float(g), 1):8.2f} {rate / float(memcpy):8.1%}")
+line = (f"{s:<3} {w:<3} {mb:<5} {wire:<5} " + f"{f:>8} ({f10}-{f90})".ljust(23)
+        + f" {g:>8} ({g10}-{g90})".ljust(23)
+        + f" {float(f) / max(float(g), 1):7.2f} {rate / float(memcpy):8.1%}")
+if b:
+    line += f" {b:>8} ({b10}-{b90})".ljust(23) + f" {float(f) / float(b):8.2f}"
+print(line)
 PY
+      done
     done
   done
   cluster_stop

@@ -235,6 +235,12 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
                                    bool* answered) {
   ResponseFrame response;
   while (conn.rw->Read(&response)) {
+    if (!response.parse_error.ok()) {
+      arrivals_.Fail(absl::InternalError(
+          absl::StrCat("shard ", s->shard, " sent a message that does not "
+                       "parse: ", response.parse_error.error_message())));
+      return false;
+    }
     const v1::Params& p = response.message.params();
     const int32_t id = p.partition();
     if (id < 0 || id >= static_cast<int32_t>(stream_of_partition_.size()) ||

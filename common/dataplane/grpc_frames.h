@@ -77,6 +77,9 @@ struct RequestFrame {
   // into `slices`.
   Payload data;
   std::vector<grpc::Slice> slices;
+  // Received: why the bytes did not parse (the reader reports it; gRPC
+  // would only end the stream).
+  grpc::Status parse_error;
 };
 
 // A StreamResponse. params.data is out of line: `out` when sending (owned:
@@ -95,10 +98,14 @@ struct ResponseFrame {
   // Received: params.data in its wire encoding (params.encoding).
   Payload data;
   std::vector<grpc::Slice> slices;
+  grpc::Status parse_error;  // as RequestFrame's
 };
 
 // The frames as bytes and back (what SerializationTraits calls; public for
-// tests). Parse errors name the field and leave `frame` cleared.
+// tests). Parse errors name the field and leave `frame` cleared. gRPC turns
+// a failed deserialization into a silent end of stream, so the traits
+// below keep the error in frame->parse_error and report success: the
+// reader answers it with a status that says what was wrong.
 grpc::Status SerializeFrame(const RequestFrame& frame, grpc::ByteBuffer* out);
 grpc::Status SerializeFrame(const ResponseFrame& frame, grpc::ByteBuffer* out);
 grpc::Status ParseFrame(grpc::ByteBuffer* in, RequestFrame* frame);
@@ -120,7 +127,8 @@ class SerializationTraits<fulcrum::RequestFrame> {
     return fulcrum::SerializeFrame(frame, buffer);
   }
   static Status Deserialize(ByteBuffer* buffer, fulcrum::RequestFrame* frame) {
-    return fulcrum::ParseFrame(buffer, frame);
+    frame->parse_error = fulcrum::ParseFrame(buffer, frame);
+    return Status::OK;
   }
 };
 
@@ -134,7 +142,8 @@ class SerializationTraits<fulcrum::ResponseFrame> {
   }
   static Status Deserialize(ByteBuffer* buffer,
                             fulcrum::ResponseFrame* frame) {
-    return fulcrum::ParseFrame(buffer, frame);
+    frame->parse_error = fulcrum::ParseFrame(buffer, frame);
+    return Status::OK;
   }
 };
 

@@ -261,6 +261,7 @@ absl::Status ParameterServerService::ServeStream(
                : absl::OkStatus();
   }
   Busy(deadline);
+  RETURN_IF_ERROR(FromGrpcStatus(request.parse_error));
   if (!request.message.has_hello()) {
     return absl::FailedPreconditionError(
         "the first message of a stream must be hello");
@@ -281,6 +282,7 @@ absl::Status ParameterServerService::ServeStream(
     Idle(deadline, options_.idle_timeout);
     if (!stream->Read(&request)) break;
     Busy(deadline);  // a read may wait for the other workers (step_timeout)
+    RETURN_IF_ERROR(FromGrpcStatus(request.parse_error));
     if (!request.message.has_push()) {
       return absl::InvalidArgumentError(
           "hello may only be the first message of a stream");

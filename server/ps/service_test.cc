@@ -10,8 +10,10 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <thread>
 
 #include "common/config/job_spec.h"
+#include "common/dataplane/payload.h"
 #include "common/net/grpc_options.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -207,9 +209,115 @@ TEST_F(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
                  "push.step 3 is ahead");
 
   p = GoodPush();
+  p.set_encoding(static_cast<v1::Encoding>(9));
+  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT,
+                 "push.encoding 9 is not an encoding");
+
+  p = GoodPush();  // 36 fp32 elements' bytes as bf16: 72 elements
+  p.set_encoding(v1::ENCODING_BF16);
+  ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT,
+                 "push.data has 144 bytes, expected 72");
+
+  p = GoodPush();
   p.set_samples(-2);
   ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT,
                  "push.samples must be in [0, 4294967296], got -2");
+}
+
+// Compressed gradients are decoded exactly: the update is that of the
+// bf16-rounded gradient, not of the fp32 one the worker had; bf16
+// parameters arrive as the rounded fp32 master values. Two protobuf
+// clients (not the worker's frames) show that any protobuf peer works.
+TEST_F(BadInputTest, Bf16GradientsAndParametersOnTheWire) {
+  v1::InitJobRequest init;
+  init.set_job_id("job-2");
+  *init.mutable_spec() = Spec();
+  init.mutable_spec()->mutable_wire()->set_gradients(v1::ENCODING_BF16);
+  init.mutable_spec()->mutable_wire()->set_parameters(v1::ENCODING_BF16);
+  init.set_num_shards(1);
+  init.set_generation(1);
+  init.add_workers("w-1");
+  init.add_workers("w-2");
+  {
+    grpc::ClientContext context;
+    v1::InitJobResponse response;
+    ASSERT_TRUE(stub_->InitJob(&context, init, &response).ok());
+  }
+  auto pull = [&] {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(10));
+    v1::PullRequest request;
+    request.set_job_id("job-2");
+    auto reader = stub_->Pull(&context, request);
+    std::vector<float> out;
+    v1::Params p;
+    while (reader->Read(&p)) {
+      EXPECT_EQ(p.encoding(), v1::ENCODING_FP32);  // exports stay exact
+      out.resize(p.offset() + p.data().size() / 4);
+      std::memcpy(out.data() + p.offset(), p.data().data(), p.data().size());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return out;
+  };
+  const std::vector<float> before = pull();
+  std::vector<float> g(36);
+  std::vector<uint16_t> wire(36);
+  for (int i = 0; i < 36; ++i) {
+    // A quarter of bf16's spacing above a bf16 value: the rounding shows.
+    g[i] = Bf16ToFloat(FloatToBf16(0.3f + 0.01f * i)) * (1.0f + 0x1p-9f);
+    wire[i] = FloatToBf16(g[i]);
+  }
+  v1::Push push;
+  push.set_partition(0);
+  push.set_samples(4);
+  push.set_encoding(v1::ENCODING_BF16);
+  push.set_data(std::string(reinterpret_cast<const char*>(wire.data()), 72));
+  // Each member: hello, then the first parameters (bf16), the push, then
+  // the next version (bf16).
+  auto member = [&](const std::string& worker, std::vector<float>* first,
+                    std::vector<float>* next) {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(20));
+    auto rw = stub_->Stream(&context);
+    v1::StreamRequest r;
+    r.mutable_hello()->set_job_id("job-2");
+    r.mutable_hello()->set_worker_id(worker);
+    r.mutable_hello()->set_generation(1);
+    rw->Write(r);
+    *r.mutable_push() = push;
+    rw->Write(r);
+    rw->WritesDone();
+    v1::StreamResponse response;
+    for (std::vector<float>* out : {first, next}) {
+      if (!rw->Read(&response)) break;
+      const v1::Params& p = response.params();
+      EXPECT_EQ(p.encoding(), v1::ENCODING_BF16);
+      out->resize(p.data().size() / 2);
+      for (size_t i = 0; i < out->size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, p.data().data() + 2 * i, 2);
+        (*out)[i] = Bf16ToFloat(h);
+      }
+    }
+    EXPECT_TRUE(rw->Finish().ok());
+  };
+  std::vector<float> first1, next1, first2, next2;
+  std::thread other([&] { member("w-2", &first2, &next2); });
+  member("w-1", &first1, &next1);
+  other.join();
+  const std::vector<float> after = pull();
+  ASSERT_EQ(after.size(), 36u);
+  ASSERT_EQ(first1.size(), 36u);
+  ASSERT_EQ(next1.size(), 36u);
+  for (int i = 0; i < 36; ++i) {
+    // Both members pushed the same gradient: the average is its bf16 value.
+    const float applied = (before[i] - after[i]) / 0.1f;
+    EXPECT_NEAR(applied, Bf16ToFloat(wire[i]), 2e-5f) << i;
+    EXPECT_GT(std::fabs(applied - g[i]), 1e-4f) << i << ": fp32 applied";
+    EXPECT_EQ(first1[i], Bf16ToFloat(FloatToBf16(before[i])));
+    EXPECT_EQ(next1[i], Bf16ToFloat(FloatToBf16(after[i])));
+    EXPECT_EQ(next2[i], next1[i]);
+  }
 }
 
 TEST_F(BadInputTest, BadInitJobNamesTheField) {
