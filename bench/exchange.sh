@@ -3,7 +3,7 @@
 # partition's push and the new parameters back - for gradients of 1, 4, 16
 # and 100 MB, W workers and S shards, beside gloo's all-reduce of the same
 # size among the same number of processes (Debian's PyTorch, one thread
-# each), in one run, alternating. Prints a table: median microseconds (p10-
+# each), in one run, alternating (at least 100 steps below 16 MB). Prints a table: median microseconds (p10-
 # p90), the ratio to gloo, and the exchange's rate as a fraction of this
 # machine's memcpy bandwidth measured in the same run (2 x fp32 size / time:
 # the gradient goes out and the parameters come back).
@@ -51,7 +51,9 @@ run=.fulcrum/exchange
 # "median p10 p90" of the slowest worker.
 fulcrum_row() {
   local b=$1 w=$2 mb=$3 wire=$4 dir=$5
-  local floats=$((mb * 262144)) extra=""
+  local floats=$((mb * 262144)) extra="" n=$steps
+  # Small exchanges are short and noisy: at least 100 steps below 16 MB.
+  [ "$mb" -lt 16 ] && [ "$n" -lt 100 ] && n=100
   if [ "$wire" != fp32 ] || [ "$params" != fp32 ]; then
     extra="wire: {gradients: $wire, parameters: $params}"
   fi
@@ -71,7 +73,7 @@ YAML
   for i in $(seq "$w"); do
     "$b/bench/exchange_driver" --lib="$b/worker/capi/libfulcrum.so" \
       --coordinator="$coord" --job="$job" --floats="$floats" \
-      --steps="$steps" --warmup="$warmup" \
+      --steps="$n" --warmup="$warmup" \
       >"$dir/driver-$i.out" 2>"$dir/driver-$i.log" &
     pids+=($!)
   done
@@ -79,6 +81,7 @@ YAML
   sort -n -r "$dir"/driver-*.out | head -1  # the step is the slowest worker's
 }
 
+row=0
 printf "%-3s %-3s %-5s %-5s %22s %22s %7s %9s" S W MB wire \
   "fulcrum us (p10-p90)" "gloo us (p10-p90)" "f/gloo" "of memcpy"
 [ -n "$baseline" ] && printf " %22s %8s" "baseline us" "new/base"
@@ -94,17 +97,31 @@ for s in $shards; do
   bin=$this_bin cluster_wait_members "$s"
   for w in $workers; do
     for mb in $sizes; do
-      floats=$((mb * 262144))
+      floats=$((mb * 262144)) n=$steps
+      [ "$mb" -lt 16 ] && [ "$n" -lt 100 ] && n=100
       read -r g g10 g90 < <(/usr/bin/python3 bench/gloo_allreduce.py \
-        --floats="$floats" --world="$w" --steps="$steps" --warmup="$warmup")
+        --floats="$floats" --world="$w" --steps="$n" --warmup="$warmup")
       for wire in $wires; do
-        coord=$this_coord
-        read -r f f10 f90 < <(fulcrum_row "$this_bin" "$w" "$mb" "$wire" "$run")
-        b="" b10="" b90=""
+        # With a baseline, the two builds take turns going first (the
+        # first run after gloo's is not the same machine as the second).
+        b="" b10="" b90="" first=new
         if [ -n "$baseline" ] && [ "$wire" = fp32 ] && [ "$params" = fp32 ]; then
-          coord=$base_coord
-          read -r b b10 b90 < <(fulcrum_row "$baseline" "$w" "$mb" fp32 "$run-base")
+          row=$((row + 1))
+          [ $((row % 2)) -eq 0 ] && first=base
         fi
+        for who in $first new base; do
+          if [ "$who" = new ] && [ -z "${f_done:-}" ]; then
+            coord=$this_coord
+            read -r f f10 f90 < <(fulcrum_row "$this_bin" "$w" "$mb" "$wire" "$run")
+            f_done=1
+          elif [ "$who" = base ] && [ -z "${b_done:-}" ] && [ -n "$baseline" ] &&
+               [ "$wire" = fp32 ] && [ "$params" = fp32 ]; then
+            coord=$base_coord
+            read -r b b10 b90 < <(fulcrum_row "$baseline" "$w" "$mb" fp32 "$run-base")
+            b_done=1
+          fi
+        done
+        f_done="" b_done=""
         /usr/bin/python3 - "$s" "$w" "$mb" "$wire" "$f" "$f10" "$f90" "$g" "$g10" "$g90" "$memcpy" "$b" "$b10" "$b90" <<'PY'
 import sys
 s, w, mb, wire, f, f10, f90, g, g10, g90, memcpy, b, b10, b90 = sys.argv[1:]

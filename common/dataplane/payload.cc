@@ -2,6 +2,10 @@
 
 #include "absl/strings/str_cat.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace fulcrum {
 namespace {
 
@@ -26,13 +30,55 @@ inline float Load32(const char* p) {
   return f;
 }
 
+inline uint16_t ToBf16(float f) {
+  uint32_t u = Bits(f);
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t quiet = (u >> 16) | 0x40u;  // a NaN stays a NaN
+  u += 0x7fffu + ((u >> 16) & 1u);            // to nearest, ties to even
+  return static_cast<uint16_t>(nan ? quiet : u >> 16);
+}
+
+
+// After F. Giesen's float_to_half_fast3_rtne, saturating finite overflow.
+inline uint16_t ToFp16(float x) {
+  uint32_t f = Bits(x);
+  const uint32_t sign = (f >> 16) & 0x8000u;
+  f &= 0x7fffffffu;
+  uint32_t o;
+  if (f >= 0x47800000u) {  // >= 2^16, infinite or NaN
+    o = f > 0x7f800000u ? 0x7e00u : (f == 0x7f800000u ? 0x7c00u : 0x7bffu);
+  } else if (f < 0x38800000u) {  // below 2^-14: subnormal or zero
+    o = Bits(FromBits(f) + 0.5f) - 0x3f000000u;
+  } else {
+    const uint32_t odd = (f >> 13) & 1u;
+    f += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd;
+    o = f >> 13;
+    if (o >= 0x7c00u) o = 0x7bffu;  // rounded past 65504: saturate
+  }
+  return static_cast<uint16_t>(o | sign);
+}
+
+// After F. Giesen's half_to_float.
+inline float FromFp16(uint16_t h) {
+  uint32_t o = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  const uint32_t exp = o & 0x0f800000u;
+  o += static_cast<uint32_t>(127 - 15) << 23;
+  if (exp == 0x0f800000u) {
+    o += static_cast<uint32_t>(128 - 16) << 23;  // infinity, NaN
+  } else if (exp == 0) {                          // subnormal
+    o += 1u << 23;
+    o = Bits(FromBits(o) - FromBits(113u << 23));
+  }
+  return FromBits(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+
 // The element at `src` (encoded) as a float.
 template <WireEncoding E>
 inline float DecodeOne(const char* src) {
   if constexpr (E == WireEncoding::kFp32) return Load32(src);
   if constexpr (E == WireEncoding::kBf16)
     return FromBits(static_cast<uint32_t>(Load16(src)) << 16);
-  return Fp16ToFloat(Load16(src));
+  return FromFp16(Load16(src));
 }
 
 template <WireEncoding E>
@@ -78,48 +124,10 @@ absl::StatusOr<WireEncoding> EncodingFromProto(int value,
                    "(fp32, bf16, fp16)"));
 }
 
-uint16_t FloatToBf16(float f) {
-  uint32_t u = Bits(f);
-  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-  const uint32_t quiet = (u >> 16) | 0x40u;  // a NaN stays a NaN
-  u += 0x7fffu + ((u >> 16) & 1u);            // to nearest, ties to even
-  return static_cast<uint16_t>(nan ? quiet : u >> 16);
-}
-
+uint16_t FloatToBf16(float f) { return ToBf16(f); }
 float Bf16ToFloat(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
-
-// After F. Giesen's float_to_half_fast3_rtne, saturating finite overflow.
-uint16_t FloatToFp16(float x) {
-  uint32_t f = Bits(x);
-  const uint32_t sign = (f >> 16) & 0x8000u;
-  f &= 0x7fffffffu;
-  uint32_t o;
-  if (f >= 0x47800000u) {  // >= 2^16, infinite or NaN
-    o = f > 0x7f800000u ? 0x7e00u : (f == 0x7f800000u ? 0x7c00u : 0x7bffu);
-  } else if (f < 0x38800000u) {  // below 2^-14: subnormal or zero
-    o = Bits(FromBits(f) + 0.5f) - 0x3f000000u;
-  } else {
-    const uint32_t odd = (f >> 13) & 1u;
-    f += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd;
-    o = f >> 13;
-    if (o >= 0x7c00u) o = 0x7bffu;  // rounded past 65504: saturate
-  }
-  return static_cast<uint16_t>(o | sign);
-}
-
-// After F. Giesen's half_to_float.
-float Fp16ToFloat(uint16_t h) {
-  uint32_t o = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  const uint32_t exp = o & 0x0f800000u;
-  o += static_cast<uint32_t>(127 - 15) << 23;
-  if (exp == 0x0f800000u) {
-    o += static_cast<uint32_t>(128 - 16) << 23;  // infinity, NaN
-  } else if (exp == 0) {                          // subnormal
-    o += 1u << 23;
-    o = Bits(FromBits(o) - FromBits(113u << 23));
-  }
-  return FromBits(o | (static_cast<uint32_t>(h & 0x8000u) << 16));
-}
+uint16_t FloatToFp16(float f) { return ToFp16(f); }
+float Fp16ToFloat(uint16_t h) { return FromFp16(h); }
 
 void DecodeRun(WireEncoding e, const char* src, int64_t n, float* dst) {
   switch (e) {
@@ -172,18 +180,50 @@ uint8_t MaxExponentRun(WireEncoding e, const char* src, int64_t n) {
 namespace {
 
 // Blocks through local buffers: dst may overlap src (in-place narrowing)
-// and the loops still vectorize (no aliasing between the locals).
-template <uint16_t (*Narrow)(float)>
-void NarrowBlocks(const float* src, int64_t n, char* dst) {
+// and the loop still vectorizes (no aliasing between the locals).
+template <typename Narrow>
+void NarrowBlocks(const float* src, int64_t n, char* dst, Narrow narrow) {
   constexpr int64_t kBlock = 256;
   float in[kBlock];
   uint16_t out[kBlock];
   for (int64_t at = 0; at < n; at += kBlock) {
     const int64_t k = std::min(kBlock, n - at);
     std::memcpy(in, src + at, 4 * k);
-    for (int64_t i = 0; i < k; ++i) out[i] = Narrow(in[i]);
+    for (int64_t i = 0; i < k; ++i) out[i] = narrow(in[i]);
     std::memcpy(dst + 2 * at, out, 2 * k);
   }
+}
+
+void NarrowBf16(const float* src, int64_t n, char* dst) {
+  int64_t i = 0;
+#if defined(__SSE2__)
+  // ToBf16 on 8 floats at a time. The result is shifted arithmetically so
+  // that each 32-bit lane holds the 16-bit pattern sign-extended, which the
+  // signed saturating pack passes through unchanged. Stores trail loads
+  // (2i + 16 <= 4i + 32), so dst may be src.
+  const __m128i one = _mm_set1_epi32(1), bias = _mm_set1_epi32(0x7fff),
+                abs = _mm_set1_epi32(0x7fffffff),
+                inf = _mm_set1_epi32(0x7f800000),
+                quiet = _mm_set1_epi32(0x00400000);
+  auto narrow = [&](__m128i u) {
+    const __m128i rounded = _mm_add_epi32(
+        u, _mm_add_epi32(bias, _mm_and_si128(_mm_srli_epi32(u, 16), one)));
+    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, abs), inf);
+    const __m128i v = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(u, quiet)),
+                                   _mm_andnot_si128(nan, rounded));
+    return _mm_srai_epi32(v, 16);
+  };
+  for (; i + 8 <= n; i += 8) {
+    const __m128i a =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 4));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i),
+                     _mm_packs_epi32(narrow(a), narrow(b)));
+  }
+#endif
+  NarrowBlocks(src + i, n - i, dst + 2 * i,
+               [](float f) { return ToBf16(f); });
 }
 
 }  // namespace
@@ -193,8 +233,10 @@ void EncodeRun(WireEncoding e, const float* src, int64_t n, char* dst) {
     case WireEncoding::kFp32:
       if (static_cast<const void*>(src) != dst) std::memmove(dst, src, 4 * n);
       return;
-    case WireEncoding::kBf16: NarrowBlocks<FloatToBf16>(src, n, dst); return;
-    case WireEncoding::kFp16: NarrowBlocks<FloatToFp16>(src, n, dst); return;
+    case WireEncoding::kBf16: NarrowBf16(src, n, dst); return;
+    case WireEncoding::kFp16:
+      NarrowBlocks(src, n, dst, [](float f) { return ToFp16(f); });
+      return;
   }
 }
 

@@ -41,6 +41,46 @@ TEST(PayloadTest, Fp16RoundTripsItsOwnValuesAndSaturates) {
   EXPECT_EQ(Fp16ToFloat(FloatToFp16(1.0f + 0x1p-11f)), 1.0f);
 }
 
+// The vectorized bulk encoders equal the one-element ones on every kind of
+// value (random bit patterns: normals, subnormals, NaNs, infinities,
+// halfway cases), at every length and alignment, in place too.
+TEST(PayloadTest, BulkEncodingEqualsElementwise) {
+  std::mt19937 rng(11);
+  std::vector<float> values(1000);
+  for (float& v : values) {
+    uint32_t bits = rng();
+    if (rng() % 4 == 0) bits = (bits & 0xffff0000u) | 0x8000u;  // a tie
+    std::memcpy(&v, &bits, 4);
+  }
+  values[3] = INFINITY;
+  values[4] = -0.0f;
+  values[5] = std::numeric_limits<float>::max();
+  for (WireEncoding e : {WireEncoding::kBf16, WireEncoding::kFp16}) {
+    for (int64_t n : {0, 1, 7, 8, 9, 255, 256, 257, 1000}) {
+      for (int64_t skew : {0, 1}) {
+        const int64_t count = std::min<int64_t>(n, values.size() - skew);
+        std::vector<char> out(2 * count + 1);
+        EncodeRun(e, values.data() + skew, count, out.data() + skew % 2);
+        std::vector<float> in_place(values.begin() + skew,
+                                    values.begin() + skew + count);
+        EncodeRun(e, in_place.data(), count,
+                  reinterpret_cast<char*>(in_place.data()));
+        for (int64_t i = 0; i < count; ++i) {
+          const float v = values[skew + i];
+          const uint16_t want =
+              e == WireEncoding::kBf16 ? FloatToBf16(v) : FloatToFp16(v);
+          uint16_t got, got_in_place;
+          std::memcpy(&got, out.data() + skew % 2 + 2 * i, 2);
+          std::memcpy(&got_in_place,
+                      reinterpret_cast<char*>(in_place.data()) + 2 * i, 2);
+          ASSERT_EQ(got, want) << EncodingName(e) << " n " << n << " i " << i;
+          ASSERT_EQ(got_in_place, want) << EncodingName(e) << " i " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(PayloadTest, RelativeErrorIsThatOfTheFormat) {
   std::mt19937 rng(7);
   std::normal_distribution<float> d(0.0f, 1e-2f);

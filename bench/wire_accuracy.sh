@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# What compressed wires cost in learning (issue 13): the reference job (MLP
+# 784-256-128-10 on Fashion-MNIST, batch 64 per worker, momentum SGD) to a
+# target test accuracy with each `wire:` setting, alternating in one run on
+# one cluster. Prints, per run, the steps and seconds to the target and the
+# final accuracy, then the medians and each setting's ratio to fp32.
+#
+#   bench/wire_accuracy.sh [--runs 3] [--target 0.88] [--workers 2]
+#       [--shards 2] [--wires "fp32/fp32 bf16/fp32 fp16/fp32 bf16/bf16"]
+#
+# A wire is GRADIENTS/PARAMETERS (wire.gradients / wire.parameters).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=3 target=0.88 workers=2 shards=2
+wires="fp32/fp32 bf16/fp32 fp16/fp32 bf16/bf16"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --target) target=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --shards) shards=$2; shift 2 ;;
+    --wires) wires=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+source tools/lib/cluster.sh
+cluster_build
+run=.fulcrum/wire
+cluster_start "$run" "$shards"
+for i in $(seq "$workers"); do cluster_add_worker "$run" "worker-$i"; done
+cluster_wait_members $((workers + shards))
+results=$run/results.txt
+: > "$results"
+printf "%-4s %-10s %7s %8s %8s\n" run wire steps seconds accuracy
+for r in $(seq "$runs"); do
+  for wire in $wires; do
+    cluster_job_yaml "$run/job.yaml" 20000 "$workers" "$shards"
+    sed -i 's/^eval_every_steps: .*/eval_every_steps: 100/' "$run/job.yaml"
+    cat >> "$run/job.yaml" <<YAML
+target_accuracy: $target
+wire: {gradients: ${wire%/*}, parameters: ${wire#*/}}
+YAML
+    id=$(ctl submit "$run/job.yaml")
+    ctl status "$id" --watch >/dev/null
+    read -r steps secs acc < <(ctl status "$id" --json | /usr/bin/python3 -c \
+      'import json,sys; j=json.load(sys.stdin); p=j["progress"]; print(p.get("step", 0), j["end_time_unix"]-j["start_time_unix"], p["test_accuracy"])')
+    printf "%-4s %-10s %7s %8.1f %8.4f\n" "$r" "$wire" "$steps" "$secs" "$acc"
+    echo "$wire $steps $secs $acc" >> "$results"
+  done
+done
+cluster_stop
+/usr/bin/python3 - "$results" "$target" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+by = {}
+for wire, steps, secs, acc in rows:
+    by.setdefault(wire, []).append((int(steps), float(secs), float(acc)))
+base = by.get("fp32/fp32")
+print(f"\nmedians to {sys.argv[2]}:")
+print(f"{'wire':<10} {'steps':>7} {'seconds':>8} {'steps/fp32':>11} {'time/fp32':>10}")
+for wire, v in by.items():
+    s = statistics.median(x[0] for x in v); t = statistics.median(x[1] for x in v)
+    rs = s / statistics.median(x[0] for x in base) if base else float("nan")
+    rt = t / statistics.median(x[1] for x in base) if base else float("nan")
+    print(f"{wire:<10} {s:>7.0f} {t:>8.1f} {rs:>11.2f} {rt:>10.2f}")
+PY
