@@ -12,9 +12,10 @@ double Millis(StepStats::Clock::duration d) {
 }  // namespace
 
 StepStats::StepStats(WorkerMetrics::Job metrics, int64_t gradient_elems,
-                     v1::Progress* progress)
+                     int element_bytes, v1::Progress* progress)
     : metrics_(metrics),
-      gradient_bytes_(4.0 * static_cast<double>(gradient_elems)),
+      gradient_bytes_(static_cast<double>(element_bytes) *
+                      static_cast<double>(gradient_elems)),
       progress_(progress) {}
 
 double StepStats::Smooth(double previous, double value) const {

@@ -26,7 +26,9 @@ class StepStats {
 
   // `progress` is not owned and must outlive it; the metrics' pointers are
   // null when the worker exports none.
+  // element_bytes: of wire.gradients (the push bytes counted per step).
   StepStats(WorkerMetrics::Job metrics, int64_t gradient_elems,
+            int element_bytes,
             v1::Progress* progress);
 
   // The loss of a step that had samples (smoothed, 0.95).

@@ -53,7 +53,11 @@ TrainingRun::TrainingRun(Backend* backend, ChannelFactory* channels,
       session_(SessionOptions(options, metrics_), assignment, &layout_,
                params_.data(), channels, link),
       pusher_(backend, &layout_, &session_, grads_.data(), grads_dev_.get()),
-      stats_(metrics_, total_, &result_.progress),
+      stats_(metrics_, total_,
+             ElementBytes(EncodingFromProto(spec_.wire().gradients(),
+                                            "wire.gradients")
+                              .value_or(WireEncoding::kFp32)),
+             &result_.progress),
       delay_rng_(options.delay_seed) {
   // Page-locked for a GPU: copies run asynchronously at full bandwidth.
   registered_params_ = params_.data();  // Run() moves params_ out
