@@ -12,19 +12,18 @@ seconds to the target (null if not reached), final accuracy.
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "examples", "torch"))
 import fmnist  # noqa: E402
+from gloo_ranks import run_ranks  # noqa: E402
 
 
 def worker(rank, args, port, queue):
@@ -82,19 +81,7 @@ def main():
     p.add_argument("--target", type=float, default=0.90)
     p.add_argument("--data", default=fmnist.DATA)
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, args, port, queue))
-             for r in range(args.world)]
-    for proc in procs:
-        proc.start()
-    result = queue.get(timeout=3600)
-    for proc in procs:
-        proc.join(timeout=60)
-    print(json.dumps(result))
+    print(json.dumps(run_ranks(worker, args, args.world, timeout_s=3600)))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,13 @@ import argparse
 import gzip
 import json
 import os
-import socket
 import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from gloo_ranks import run_ranks
 import torch.nn as nn
 
 
@@ -95,13 +95,7 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.spawn(worker, args=(args, port, queue), nprocs=args.world, join=True)
-    print(json.dumps(queue.get()))
+    print(json.dumps(run_ranks(worker, args, args.world, timeout_s=3600)))
 
 
 if __name__ == "__main__":

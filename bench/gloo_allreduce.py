@@ -5,12 +5,12 @@ each). Prints rank 0's "median_us p10_us p90_us" over --steps after
 --warmup."""
 import argparse
 import os
-import socket
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from gloo_ranks import run_ranks
 
 
 def run(rank, args, port, queue):
@@ -39,18 +39,7 @@ def main():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=run, args=(r, args, port, queue))
-             for r in range(args.world)]
-    for proc in procs:
-        proc.start()
-    print(queue.get(timeout=600))
-    for proc in procs:
-        proc.join(timeout=60)
+    print(run_ranks(run, args, args.world, timeout_s=600))
 
 
 if __name__ == "__main__":

@@ -54,9 +54,7 @@ TrainingRun::TrainingRun(Backend* backend, ChannelFactory* channels,
                params_.data(), channels, link),
       pusher_(backend, &layout_, &session_, grads_.data(), grads_dev_.get()),
       stats_(metrics_, total_,
-             ElementBytes(EncodingFromProto(spec_.wire().gradients(),
-                                            "wire.gradients")
-                              .value_or(WireEncoding::kFp32)),
+             ElementBytes(session_.gradient_encoding()),
              &result_.progress),
       delay_rng_(options.delay_seed) {
   // Page-locked for a GPU: copies run asynchronously at full bandwidth.

@@ -26,7 +26,11 @@ WorkerSession::WorkerSession(Options options, Assignment first,
       params_(params),
       channels_(channels),
       link_(link),
-      assignment_(std::move(first)) {}
+      assignment_(std::move(first)),
+      // Validated at submission (unset: fp32); the job's, every generation.
+      gradients_(EncodingFromProto(assignment_.spec.wire().gradients(),
+                                   "wire.gradients")
+                     .value_or(WireEncoding::kFp32)) {}
 
 WorkerSession::~WorkerSession() {
   if (channel_ != nullptr) {
@@ -45,10 +49,7 @@ absl::StatusOr<int64_t> WorkerSession::Join() {
   o.shard_addresses = assignment.shard_addresses;
   o.shard_credentials = assignment.shard_credentials;
   o.chunk_bytes = assignment.spec.chunk_bytes();
-  // Validated at submission (unset: fp32).
-  o.gradients = EncodingFromProto(assignment.spec.wire().gradients(),
-                                  "wire.gradients")
-                    .value_or(WireEncoding::kFp32);
+  o.gradients = gradients_;
   o.reconnect_timeout = options_.reconnect_timeout;
   o.on_reconnect = options_.on_reconnect;
   channel_ = channels_->Create(std::move(o), layout_, params_);

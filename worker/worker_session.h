@@ -66,6 +66,8 @@ class WorkerSession {
   // uploads what the parameter buffer holds as the job's values.
   absl::StatusOr<int64_t> Join();
   const Assignment& assignment() const { return assignment_; }
+  // How this job's gradients travel (wire.gradients).
+  WireEncoding gradient_encoding() const { return gradients_; }
 
   // After the joined generation ended (`why`: ABORTED, or UNAVAILABLE when a
   // shard stayed unreachable), closes its channel and waits for the next
@@ -105,6 +107,7 @@ class WorkerSession {
   ChannelFactory* const channels_;       // Not owned.
   JobLink* const link_;                  // Not owned; may be null.
   Assignment assignment_;
+  const WireEncoding gradients_;
   std::unique_ptr<ParameterChannel> channel_;
 };
 

@@ -294,15 +294,20 @@ bool Length(SliceReader& r, size_t end, size_t* field_end) {
   return true;
 }
 
+// A bytes field left in place as `data`'s pieces (the last one wins, as in
+// protobuf).
+bool ReadData(SliceReader& r, size_t end, Payload* data) {
+  size_t data_end;
+  if (!Length(r, end, &data_end)) return false;
+  data->Clear();
+  return r.Pieces(data_end - r.pos(), data);
+}
+
 bool ParsePush(SliceReader& r, size_t end, v1::Push* push, Payload* data) {
   return Fields(r, end, [&](int field, uint8_t wt) {
     uint64_t v = 0;
-    if (field == kPushData && wt == kLengthDelimited) {
-      size_t data_end;
-      if (!Length(r, end, &data_end)) return false;
-      data->Clear();  // the last one wins, as in protobuf
-      return r.Pieces(data_end - r.pos(), data);
-    }
+    if (field == kPushData && wt == kLengthDelimited)
+      return ReadData(r, end, data);
     if (field == kPushRange && wt == kLengthDelimited) {
       size_t range_end;
       std::string bytes;
@@ -330,12 +335,8 @@ bool ParseParams(SliceReader& r, size_t end, v1::Params* params,
                  Payload* data) {
   return Fields(r, end, [&](int field, uint8_t wt) {
     uint64_t v = 0;
-    if (field == kParamsData && wt == kLengthDelimited) {
-      size_t data_end;
-      if (!Length(r, end, &data_end)) return false;
-      data->Clear();
-      return r.Pieces(data_end - r.pos(), data);
-    }
+    if (field == kParamsData && wt == kLengthDelimited)
+      return ReadData(r, end, data);
     if (field >= 1 && field <= 7 && field != kParamsData && wt == 0) {
       if (!r.Varint(&v)) return false;
       switch (field) {
@@ -363,6 +364,28 @@ grpc::Status Take(grpc::ByteBuffer* in, Frame* frame) {
   return s;
 }
 
+// The end of a parse: the payload's encoding set, or the frame cleared and
+// why - the message did not parse, or its encoding (`field`) is unknown.
+template <typename Frame>
+grpc::Status Settle(Frame* frame, bool parsed, absl::string_view message,
+                    int encoding, absl::string_view field) {
+  grpc::Status s;
+  if (!parsed) {
+    s = Malformed(absl::StrCat(message, " does not parse"));
+  } else {
+    absl::StatusOr<WireEncoding> e = EncodingFromProto(encoding, field);
+    if (e.ok()) {
+      frame->data.set_encoding(*e);
+      return grpc::Status::OK;
+    }
+    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     std::string(e.status().message()));
+  }
+  frame->message.Clear();
+  frame->data.Clear();
+  return s;
+}
+
 }  // namespace
 
 grpc::Status ParseFrame(grpc::ByteBuffer* in, RequestFrame* frame) {
@@ -382,22 +405,9 @@ grpc::Status ParseFrame(grpc::ByteBuffer* in, RequestFrame* frame) {
     }
     return r.Skip(wt);
   });
-  if (!ok) {
-    frame->message.Clear();
-    frame->data.Clear();
-    return Malformed("fulcrum.v1.StreamRequest does not parse");
-  }
-  if (frame->message.has_push()) {
-    absl::StatusOr<WireEncoding> e =
-        EncodingFromProto(frame->message.push().encoding(), "push.encoding");
-    if (!e.ok()) {
-      frame->data.Clear();
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          std::string(e.status().message()));
-    }
-    frame->data.set_encoding(*e);
-  }
-  return grpc::Status::OK;
+  // A hello's push().encoding() is 0: fp32.
+  return Settle(frame, ok, "fulcrum.v1.StreamRequest",
+                frame->message.push().encoding(), "push.encoding");
 }
 
 grpc::Status ParseFrame(grpc::ByteBuffer* in, ResponseFrame* frame) {
@@ -412,20 +422,8 @@ grpc::Status ParseFrame(grpc::ByteBuffer* in, ResponseFrame* frame) {
     }
     return r.Skip(wt);
   });
-  if (!ok) {
-    frame->message.Clear();
-    frame->data.Clear();
-    return Malformed("fulcrum.v1.StreamResponse does not parse");
-  }
-  absl::StatusOr<WireEncoding> e =
-      EncodingFromProto(frame->message.params().encoding(), "params.encoding");
-  if (!e.ok()) {
-    frame->data.Clear();
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        std::string(e.status().message()));
-  }
-  frame->data.set_encoding(*e);
-  return grpc::Status::OK;
+  return Settle(frame, ok, "fulcrum.v1.StreamResponse",
+                frame->message.params().encoding(), "params.encoding");
 }
 
 }  // namespace fulcrum

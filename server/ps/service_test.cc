@@ -38,10 +38,14 @@ class BadInputTest : public ::testing::Test {
     ASSERT_GT(port, 0);
     stub_ = v1::ParameterServer::NewStub(
         MakeChannel("127.0.0.1:" + std::to_string(port)));
+    InitJob("job-1", Spec());
+  }
 
+  // The job on this one shard, members w-1 and w-2, generation 1.
+  void InitJob(const std::string& job_id, const v1::JobSpec& spec) {
     v1::InitJobRequest init;
-    init.set_job_id("job-1");
-    *init.mutable_spec() = Spec();
+    init.set_job_id(job_id);
+    *init.mutable_spec() = spec;
     init.set_num_shards(1);
     init.set_generation(1);
     init.add_workers("w-1");
@@ -68,15 +72,16 @@ class BadInputTest : public ::testing::Test {
     return spec;
   }
 
-  std::vector<float> Pull() {
+  std::vector<float> Pull(const std::string& job_id = "job-1") {
     grpc::ClientContext context;
     SetTimeout(&context, std::chrono::seconds(10));
     v1::PullRequest request;
-    request.set_job_id("job-1");
+    request.set_job_id(job_id);
     auto reader = stub_->Pull(&context, request);
     std::vector<float> out;
     v1::Params p;
     while (reader->Read(&p)) {
+      EXPECT_EQ(p.encoding(), v1::ENCODING_FP32);  // exports stay exact
       out.resize(p.offset() + p.data().size() / 4);
       std::memcpy(out.data() + p.offset(), p.data().data(), p.data().size());
     }
@@ -229,37 +234,11 @@ TEST_F(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
 // parameters arrive as the rounded fp32 master values. Two protobuf
 // clients (not the worker's frames) show that any protobuf peer works.
 TEST_F(BadInputTest, Bf16GradientsAndParametersOnTheWire) {
-  v1::InitJobRequest init;
-  init.set_job_id("job-2");
-  *init.mutable_spec() = Spec();
-  init.mutable_spec()->mutable_wire()->set_gradients(v1::ENCODING_BF16);
-  init.mutable_spec()->mutable_wire()->set_parameters(v1::ENCODING_BF16);
-  init.set_num_shards(1);
-  init.set_generation(1);
-  init.add_workers("w-1");
-  init.add_workers("w-2");
-  {
-    grpc::ClientContext context;
-    v1::InitJobResponse response;
-    ASSERT_TRUE(stub_->InitJob(&context, init, &response).ok());
-  }
-  auto pull = [&] {
-    grpc::ClientContext context;
-    SetTimeout(&context, std::chrono::seconds(10));
-    v1::PullRequest request;
-    request.set_job_id("job-2");
-    auto reader = stub_->Pull(&context, request);
-    std::vector<float> out;
-    v1::Params p;
-    while (reader->Read(&p)) {
-      EXPECT_EQ(p.encoding(), v1::ENCODING_FP32);  // exports stay exact
-      out.resize(p.offset() + p.data().size() / 4);
-      std::memcpy(out.data() + p.offset(), p.data().data(), p.data().size());
-    }
-    EXPECT_TRUE(reader->Finish().ok());
-    return out;
-  };
-  const std::vector<float> before = pull();
+  v1::JobSpec spec = Spec();
+  spec.mutable_wire()->set_gradients(v1::ENCODING_BF16);
+  spec.mutable_wire()->set_parameters(v1::ENCODING_BF16);
+  InitJob("job-2", spec);
+  const std::vector<float> before = Pull("job-2");
   std::vector<float> g(36);
   std::vector<uint16_t> wire(36);
   for (int i = 0; i < 36; ++i) {
@@ -305,7 +284,7 @@ TEST_F(BadInputTest, Bf16GradientsAndParametersOnTheWire) {
   std::thread other([&] { member("w-2", &first2, &next2); });
   member("w-1", &first1, &next1);
   other.join();
-  const std::vector<float> after = pull();
+  const std::vector<float> after = Pull("job-2");
   ASSERT_EQ(after.size(), 36u);
   ASSERT_EQ(first1.size(), 36u);
   ASSERT_EQ(next1.size(), 36u);

@@ -91,10 +91,10 @@ WorkerStream::WorkerStream(std::shared_ptr<JobShard> job, int member,
       generation_(generation),
       options_(std::move(options)),
       writer_(writer),
-      params_encoding_(
-          job_->init().spec.wire().parameters() == v1::ENCODING_BF16
-              ? WireEncoding::kBf16
-              : WireEncoding::kFp32) {
+      // Validated at submission (unset: fp32).
+      params_encoding_(EncodingFromProto(job_->init().spec.wire().parameters(),
+                                         "wire.parameters")
+                           .value_or(WireEncoding::kFp32)) {
   if (options_.metrics != nullptr)
     metrics_ = options_.metrics->ForJob(job_->init().job_id);
   completed_.reserve(job_->partition_ids().size());

@@ -298,12 +298,9 @@ int fulcrum_push(fulcrum_worker* w, int32_t id, int64_t step, int64_t samples,
                    fulcrum::PushRange{chunk, begin, end});
   if (samples > 0) {
     // As they travel (wire.gradients).
-    const int width = fulcrum::ElementBytes(
-        fulcrum::EncodingFromProto(w->session->assignment().spec.wire().gradients(),
-                                   "wire.gradients")
-            .value_or(fulcrum::WireEncoding::kFp32));
     w->job_metrics.push_bytes->Increment(
-        width * static_cast<double>(w->layout->partitions()[id].size));
+        fulcrum::ElementBytes(w->session->gradient_encoding()) *
+        static_cast<double>(w->layout->partitions()[id].size));
   }
   return 0;
 }
