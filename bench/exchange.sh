@@ -81,6 +81,16 @@ YAML
   sort -n -r "$dir"/driver-*.out | head -1  # the step is the slowest worker's
 }
 
+# The row of this build / of the baseline (sets f f10 f90 / b b10 b90).
+run_new() {
+  coord=$this_coord
+  read -r f f10 f90 < <(fulcrum_row "$this_bin" "$w" "$mb" "$wire" "$run")
+}
+run_base() {
+  coord=$base_coord
+  read -r b b10 b90 < <(fulcrum_row "$baseline" "$w" "$mb" fp32 "$run-base")
+}
+
 row=0
 printf "%-3s %-3s %-5s %-5s %22s %22s %7s %9s" S W MB wire \
   "fulcrum us (p10-p90)" "gloo us (p10-p90)" "f/gloo" "of memcpy"
@@ -104,24 +114,13 @@ for s in $shards; do
       for wire in $wires; do
         # With a baseline, the two builds take turns going first (the
         # first run after gloo's is not the same machine as the second).
-        b="" b10="" b90="" first=new
+        b="" b10="" b90=""
         if [ -n "$baseline" ] && [ "$wire" = fp32 ] && [ "$params" = fp32 ]; then
           row=$((row + 1))
-          [ $((row % 2)) -eq 0 ] && first=base
+          if [ $((row % 2)) -eq 0 ]; then run_base; run_new; else run_new; run_base; fi
+        else
+          run_new
         fi
-        for who in $first new base; do
-          if [ "$who" = new ] && [ -z "${f_done:-}" ]; then
-            coord=$this_coord
-            read -r f f10 f90 < <(fulcrum_row "$this_bin" "$w" "$mb" "$wire" "$run")
-            f_done=1
-          elif [ "$who" = base ] && [ -z "${b_done:-}" ] && [ -n "$baseline" ] &&
-               [ "$wire" = fp32 ] && [ "$params" = fp32 ]; then
-            coord=$base_coord
-            read -r b b10 b90 < <(fulcrum_row "$baseline" "$w" "$mb" fp32 "$run-base")
-            b_done=1
-          fi
-        done
-        f_done="" b_done=""
         /usr/bin/python3 - "$s" "$w" "$mb" "$wire" "$f" "$f10" "$f90" "$g" "$g10" "$g90" "$memcpy" "$b" "$b10" "$b90" <<'PY'
 import sys
 s, w, mb, wire, f, f10, f90, g, g10, g90, memcpy, b, b10, b90 = sys.argv[1:]
