@@ -7,7 +7,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/embedding_spec.h"
 #include "common/config/quote.h"
+#include "common/config/yaml_fields.h"
 #include "common/dataplane/payload.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -19,79 +21,12 @@ namespace {
 
 using v1::JobSpec;
 
-absl::Status Bad(const std::string& field, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
-}
-
-
-std::string Join(const std::string& prefix, const std::string& key) {
-  return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
-}
-
-// Reads one scalar as T, or says which field has the wrong type.
-template <typename T>
-absl::Status Read(const YAML::Node& node, const std::string& field,
-                  const char* type_name, T* out) {
-  if (!node.IsScalar()) return Bad(field, absl::StrCat("must be ", type_name));
-  try {
-    *out = node.as<T>();
-  } catch (const YAML::Exception&) {
-    return Bad(field, absl::StrCat("must be ", type_name, ", got ",
-                                   Quote(node.Scalar())));
-  }
-  return absl::OkStatus();
-}
-
-using Handler =
-    std::function<absl::Status(const YAML::Node&, const std::string&)>;
-
-// Dispatches each key of a mapping to its handler; unknown keys are errors.
-absl::Status ReadMap(const YAML::Node& node, const std::string& prefix,
-                     const std::map<std::string, Handler>& handlers) {
-  if (!node.IsMap()) {
-    return Bad(prefix.empty() ? "job" : prefix, "must be a mapping");
-  }
-  std::set<std::string> seen;
-  for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
-    if (!seen.insert(key).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("duplicate field ", Quote(Join(prefix, key))));
-    }
-    auto it = handlers.find(key);
-    if (it == handlers.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown field ", Quote(Join(prefix, key))));
-    }
-    absl::Status s = it->second(kv.second, Join(prefix, key));
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-template <typename T, typename Setter>
-Handler Scalar(const char* type_name, Setter set) {
-  return [type_name, set](const YAML::Node& n, const std::string& f) {
-    T v{};
-    absl::Status s = Read<T>(n, f, type_name, &v);
-    if (s.ok()) set(v);
-    return s;
-  };
-}
-
-// A string field: never empty when written (leave it out for the default).
-// Its length is ValidateJobSpec's to bound (specs also come as protos).
-Handler Str(std::string* out) {
-  return [out](const YAML::Node& n, const std::string& f) -> absl::Status {
-    std::string v;
-    RETURN_IF_ERROR(Read<std::string>(n, f, "a string", &v));
-    if (v.empty()) {
-      return Bad(f, "must not be empty (leave the field out for its default)");
-    }
-    *out = std::move(v);
-    return absl::OkStatus();
-  };
-}
+using config::Bad;
+using config::Handler;
+using config::Read;
+using config::ReadMap;
+using config::Scalar;
+using config::Str;
 
 absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
   auto* m = spec->mutable_model();
@@ -216,11 +151,7 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"min", Scalar<int>("an integer", [w](int v) { w->set_min(v); })},
       {"max", Scalar<int>("an integer", [w](int v) { w->set_max(v); })},
   };
-  auto nested = [](const std::map<std::string, Handler>& h) -> Handler {
-    return [&h](const YAML::Node& n, const std::string& f) {
-      return ReadMap(n, f, h);
-    };
-  };
+  auto nested = config::Nested;
   const std::map<std::string, Handler> top = {
       {"name", Str(spec->mutable_name())},
       {"model", nested(model)},
@@ -256,6 +187,7 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
          spec->mutable_wire()->set_gradients(e);  // the old name
        })},
       {"wire", nested(wire)},
+      {"embeddings", EmbeddingTablesField(spec)},
   };
   return ReadMap(root, "", top);
 }
@@ -525,6 +457,7 @@ void ApplyDefaults(JobSpec* spec) {
     spec->mutable_wire()->set_gradients(v1::ENCODING_FP32);
   if (spec->wire().parameters() == v1::ENCODING_UNSPECIFIED)
     spec->mutable_wire()->set_parameters(v1::ENCODING_FP32);
+  ApplyEmbeddingDefaults(spec);
 }
 
 absl::Status ValidateModelSpec(const v1::ModelSpec& model) {
@@ -641,7 +574,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                absl::StrCat("must be fp32 or bf16 (fp16 cannot hold every "
                             "weight)", got(spec.wire().parameters())));
   }
-  return absl::OkStatus();
+  return ValidateEmbeddingTables(spec);
 }
 
 }  // namespace fulcrum
