@@ -1,0 +1,91 @@
+// One embedding table's rows on one shard, safe for concurrent pulls and
+// pushes: the rows are split by id hash into stripes (a power of two, up to
+// 16, each a RowStore with capacity / stripes rows under its own lock), and
+// a call takes each stripe's lock once for all of its ids. Capacity, lru
+// order and lfu sampling are per stripe, so a table may start evicting a
+// little before it holds `rows` in all.
+//
+// Time for ttl comes from the Env's clock, in whole seconds since the table
+// was made.
+//
+// Thread safety: every method is safe to call concurrently; pulls of
+// different stripes, and of one stripe with each other, run in parallel.
+#ifndef FULCRUM_SERVER_PS_EMBEDDING_EMBEDDING_TABLE_H_
+#define FULCRUM_SERVER_PS_EMBEDDING_EMBEDDING_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/env/env.h"
+#include "fulcrum/v1/job.pb.h"
+#include "server/ps/embedding/row_store.h"
+
+namespace fulcrum {
+
+class EmbeddingTable {
+ public:
+  // `spec` validated (with defaults); at most `rows` rows held here;
+  // `seed` the job's. `env` is not owned and must outlive the table.
+  EmbeddingTable(const v1::EmbeddingTableSpec& spec, uint64_t seed,
+                 int64_t rows, Env* env);
+
+  const std::string& name() const { return name_; }
+  int dim() const { return dim_; }
+  int64_t rows() const { return rows_; }
+
+  // Rows of `ids` into out (ids.size() x dim), in order: values of resident
+  // rows, initial values of the others. Changes nothing.
+  void Pull(absl::Span<const uint64_t> ids, float* out) const;
+
+  struct Pushed {
+    int64_t applied = 0;  // rows stepped (created ones included)
+    int64_t created = 0;
+    int64_t pending = 0;  // not admitted yet
+  };
+  // Steps row ids[i] with gradients[i x dim, (i + 1) x dim) from counts[i]
+  // samples (counts empty: 1 each). REQUIRES: ids distinct, gradients
+  // finite. Expires a few rows past their ttl as it goes.
+  Pushed Push(absl::Span<const uint64_t> ids, const float* gradients,
+              absl::Span<const uint32_t> counts);
+
+  // Evicts every row past its ttl now; returns how many.
+  int64_t Expire();
+
+  // Summed over the stripes.
+  RowStore::Stats stats() const;
+
+  // Calls fn(id, values, state) for every resident row (stripe by stripe,
+  // each under its lock: not a cut across stripes while pushes run).
+  void ForEachRow(
+      const std::function<void(uint64_t, const float*, const float*)>& fn)
+      const;
+
+ private:
+  struct Stripe {
+    explicit Stripe(const RowStoreConfig& c) : store(c) {}
+    mutable absl::Mutex mu;
+    RowStore store ABSL_GUARDED_BY(mu);
+  };
+  int StripeOf(uint64_t id) const;
+  // Positions of `ids` grouped by stripe: order[begin[s], begin[s + 1]).
+  void GroupByStripe(absl::Span<const uint64_t> ids,
+                     std::vector<uint32_t>* order,
+                     std::vector<uint32_t>* begin) const;
+  int64_t Now() const;
+
+  const std::string name_;
+  const int dim_;
+  const int64_t rows_;
+  Env* const env_;
+  const absl::Time start_;
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_EMBEDDING_EMBEDDING_TABLE_H_

@@ -1,0 +1,172 @@
+#include "server/ps/embedding/embedding_tables.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/config/embedding_spec.h"
+#include "common/embedding/placement.h"
+#include "common/status/status_macros.h"
+
+namespace fulcrum {
+namespace {
+
+constexpr size_t kMaxLog = 1 << 16;
+
+std::string Short(std::string_view s) {
+  return std::string(s.substr(0, 64));
+}
+
+}  // namespace
+
+EmbeddingTables::EmbeddingTables(const v1::JobSpec& spec, int shard,
+                                 int shards, Env* env)
+    : shard_(shard), shards_(shards), chunk_bytes_(spec.chunk_bytes()) {
+  for (const v1::EmbeddingTableSpec& t : spec.embeddings()) {
+    tables_.push_back(std::make_unique<EmbeddingTable>(
+        t, spec.seed(), RowsPerShard(t, shards), env));
+  }
+}
+
+EmbeddingTable* EmbeddingTables::Find(std::string_view name) const {
+  for (const auto& t : tables_) {
+    if (t->name() == name) return t.get();
+  }
+  return nullptr;
+}
+
+absl::Status EmbeddingTables::CheckIds(const EmbeddingTable& t,
+                                       absl::Span<const uint64_t> ids,
+                                       bool distinct) const {
+  const int64_t bytes = static_cast<int64_t>(ids.size()) * t.dim() * 4;
+  if (bytes > chunk_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ids: ", ids.size(), " rows of table '", t.name(), "' are ", bytes,
+        " bytes, more than chunk_bytes (", chunk_bytes_,
+        "): split the request"));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int owner = ShardOfRow(ids[i], shards_);
+    if (owner != shard_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ids[", i, "] = ", ids[i], " is held by shard ", owner,
+                       ", not shard ", shard_));
+    }
+  }
+  if (distinct) {
+    absl::flat_hash_set<uint64_t> seen;
+    seen.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!seen.insert(ids[i]).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ids[", i, "] = ", ids[i],
+            " repeats an earlier id (sum a batch's rows per id first)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTables::Pull(std::string_view table,
+                                   absl::Span<const uint64_t> ids,
+                                   std::vector<float>* out) const {
+  const EmbeddingTable* t = Find(table);
+  if (t == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("table: the job has no embedding table '", Short(table),
+                     "'"));
+  }
+  RETURN_IF_ERROR(CheckIds(*t, ids, /*distinct=*/false));
+  out->resize(ids.size() * t->dim());
+  t->Pull(ids, out->data());
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTables::CheckPush(const EmbeddingTable& t,
+                                        const RowsPush& push) const {
+  if (push.step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step must be >= 0, got ", push.step));
+  }
+  if (push.chunks < 1 || push.chunks > kMaxChunks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunks must be in [1, ", kMaxChunks, "], got ", push.chunks));
+  }
+  if (push.chunk < 0 || push.chunk >= push.chunks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk must be in [0, chunks), got ", push.chunk, " of ", push.chunks));
+  }
+  RETURN_IF_ERROR(CheckIds(t, push.ids, /*distinct=*/true));
+  const size_t want = push.ids.size() * t.dim() * sizeof(float);
+  if (push.gradient_bytes != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradients: ", push.gradient_bytes, " bytes, want ", want, " (",
+        push.ids.size(), " ids x dim ", t.dim(), " x 4)"));
+  }
+  if (!push.counts.empty() && push.counts.size() != push.ids.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("counts: ", push.counts.size(), " entries for ",
+                     push.ids.size(), " ids (leave it empty for 1 each)"));
+  }
+  for (size_t i = 0; i < push.ids.size() * t.dim(); ++i) {
+    float g;
+    std::memcpy(&g, push.gradients + i * sizeof(float), sizeof(g));
+    if (!std::isfinite(g)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gradients[", i, "] (row ", i / t.dim(), ", id ",
+          push.ids[i / t.dim()], ") is not finite: ", g));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool EmbeddingTables::FirstTime(const std::string& worker, int table,
+                                const RowsPush& push) {
+  absl::MutexLock lock(&log_mu_);
+  if (log_.size() >= kMaxLog) {  // forget older generations' entries
+    for (auto it = log_.begin(); it != log_.end();) {
+      it = it->second.generation < push.generation ? log_.erase(it)
+                                                   : std::next(it);
+    }
+  }
+  Received& r = log_[{worker, table}];
+  const uint64_t bit = uint64_t{1} << push.chunk;
+  if (push.generation != r.generation || push.step > r.step) {
+    if (push.generation < r.generation) return false;  // JobShard refuses it
+    r = Received{push.generation, push.step, bit};
+    return true;
+  }
+  if (push.step < r.step) return false;  // applied before the newer step
+  if (r.chunks & bit) return false;
+  r.chunks |= bit;
+  return true;
+}
+
+absl::StatusOr<RowsPushed> EmbeddingTables::Push(const std::string& worker,
+                                                 const RowsPush& push) {
+  int index = -1;
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    if (tables_[i]->name() == push.table) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "table: the job has no embedding table '", Short(push.table), "'"));
+  }
+  EmbeddingTable& t = *tables_[index];
+  RETURN_IF_ERROR(CheckPush(t, push));
+  RowsPushed out;
+  if (!FirstTime(worker, index, push)) {
+    out.repeat = true;
+    return out;
+  }
+  // The bytes may sit anywhere in a message: copy to aligned floats.
+  std::vector<float> g(push.ids.size() * t.dim());
+  if (!g.empty()) std::memcpy(g.data(), push.gradients, push.gradient_bytes);
+  const EmbeddingTable::Pushed p = t.Push(push.ids, g.data(), push.counts);
+  out.applied = p.applied;
+  out.pending = p.pending;
+  return out;
+}
+
+}  // namespace fulcrum

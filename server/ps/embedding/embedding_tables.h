@@ -1,0 +1,102 @@
+// A job's embedding tables on one shard: the rows this shard holds of each
+// table (placement.h), sparse pulls and pushes checked like dense ones - a
+// bad request is INVALID_ARGUMENT naming the field and changes nothing -,
+// and the push log that makes a repeated push harmless. Membership and
+// generations are the JobShard's (it calls these after MemberIndex).
+//
+// Pushes apply on arrival (each worker's rows as they come, as Persia and
+// Monolith do for embeddings).
+//
+// Thread safety: every method is safe to call concurrently.
+#ifndef FULCRUM_SERVER_PS_EMBEDDING_EMBEDDING_TABLES_H_
+#define FULCRUM_SERVER_PS_EMBEDDING_EMBEDDING_TABLES_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/env/env.h"
+#include "fulcrum/v1/job.pb.h"
+#include "server/ps/embedding/embedding_table.h"
+
+namespace fulcrum {
+
+// One sparse push as the transport received it (nothing owned).
+struct RowsPush {
+  std::string_view table;
+  int64_t generation = 0;
+  int64_t step = 0;
+  int32_t chunk = 0;
+  int32_t chunks = 1;
+  absl::Span<const uint64_t> ids;
+  const char* gradients = nullptr;  // fp32 little-endian, ids x dim
+  size_t gradient_bytes = 0;
+  absl::Span<const uint32_t> counts;  // empty: 1 each
+};
+
+struct RowsPushed {
+  int64_t applied = 0;
+  int64_t pending = 0;
+  bool repeat = false;
+};
+
+class EmbeddingTables {
+ public:
+  static constexpr int kMaxChunks = 64;
+
+  // The tables of `spec` (validated) as shard `shard` of `shards` holds
+  // them. `env` is not owned and must outlive this.
+  EmbeddingTables(const v1::JobSpec& spec, int shard, int shards, Env* env);
+
+  bool empty() const { return tables_.empty(); }
+  // Null when the job has no such table.
+  EmbeddingTable* Find(std::string_view name) const;
+  const std::vector<std::unique_ptr<EmbeddingTable>>& tables() const {
+    return tables_;
+  }
+
+  // Rows of `ids` of `table` into *out (resized to ids x dim). NOT_FOUND
+  // naming the table; INVALID_ARGUMENT naming `ids` when one is held by
+  // another shard or the answer would pass chunk_bytes.
+  absl::Status Pull(std::string_view table, absl::Span<const uint64_t> ids,
+                    std::vector<float>* out) const;
+
+  // Applies `push` from `worker` once: a (worker, generation, step, chunk)
+  // seen before - or an older step of that worker and generation - is a
+  // repeat (acknowledged, nothing applied).
+  absl::StatusOr<RowsPushed> Push(const std::string& worker,
+                                  const RowsPush& push);
+
+ private:
+  absl::Status CheckIds(const EmbeddingTable& t, absl::Span<const uint64_t> ids,
+                        bool distinct) const;
+  absl::Status CheckPush(const EmbeddingTable& t, const RowsPush& push) const;
+  // Marks the chunk received; false when it had been before.
+  bool FirstTime(const std::string& worker, int table, const RowsPush& push);
+
+  const int shard_;
+  const int shards_;
+  const int64_t chunk_bytes_;
+  std::vector<std::unique_ptr<EmbeddingTable>> tables_;
+
+  struct Received {
+    int64_t generation = -1;
+    int64_t step = -1;
+    uint64_t chunks = 0;  // bit c: chunk c of `step` arrived
+  };
+  absl::Mutex log_mu_;
+  // By (worker, table index). Entries of workers that stopped pushing stay
+  // until the log passes kMaxLog entries, then older generations go.
+  std::map<std::pair<std::string, int>, Received> log_ ABSL_GUARDED_BY(log_mu_);
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_EMBEDDING_EMBEDDING_TABLES_H_
