@@ -1,0 +1,223 @@
+#include "server/ps/embedding/embedding_tables.h"
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+#include "common/config/job_spec.h"
+#include "common/embedding/placement.h"
+#include "common/testing/fault_injection_env.h"
+#include "gtest/gtest.h"
+
+namespace fulcrum {
+namespace {
+
+using testing::FaultInjectionEnv;
+
+v1::JobSpec Spec(int64_t capacity = 1000, int64_t ttl = 0) {
+  auto spec = ParseJobSpec(absl::StrCat(R"(
+name: ctr
+model: {type: external}
+optimizer: {type: sgd, lr: 0.1}
+shards: 2
+seed: 5
+chunk_bytes: 4096
+embeddings:
+  - {name: user, dim: 4, capacity: )", capacity, ", ttl_seconds: ", ttl, R"(,
+     optimizer: {type: sgd, lr: 1.0}}
+)"));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  return *spec;
+}
+
+// Ids held by shard `shard` of 2.
+std::vector<uint64_t> IdsOf(int shard, int n, uint64_t from = 0) {
+  std::vector<uint64_t> ids;
+  for (uint64_t id = from; static_cast<int>(ids.size()) < n; ++id) {
+    if (ShardOfRow(id, 2) == shard) ids.push_back(id);
+  }
+  return ids;
+}
+
+struct Push {
+  std::vector<uint64_t> ids;
+  std::vector<float> g;
+  RowsPush rows;
+  Push(std::vector<uint64_t> i, float value, int64_t step, int chunk = 0,
+       int chunks = 1, int64_t generation = 1)
+      : ids(std::move(i)), g(ids.size() * 4, value) {
+    rows.table = "user";
+    rows.generation = generation;
+    rows.step = step;
+    rows.chunk = chunk;
+    rows.chunks = chunks;
+    rows.ids = ids;
+    rows.gradients = reinterpret_cast<const char*>(g.data());
+    rows.gradient_bytes = g.size() * sizeof(float);
+  }
+};
+
+std::vector<float> PullOne(const EmbeddingTables& t, uint64_t id) {
+  std::vector<float> out;
+  EXPECT_TRUE(t.Pull("user", {&id, 1}, &out).ok());
+  return out;
+}
+
+TEST(EmbeddingTablesTest, PushThenPull) {
+  FaultInjectionEnv env;
+  EmbeddingTables tables(Spec(), 0, 2, &env);
+  const std::vector<uint64_t> ids = IdsOf(0, 3);
+  std::vector<float> before;
+  ASSERT_TRUE(tables.Pull("user", ids, &before).ok());
+  ASSERT_EQ(before.size(), 12u);
+  Push p(ids, 0.25f, 0);
+  auto r = tables.Push("w1", p.rows);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->applied, 3);
+  EXPECT_FALSE(r->repeat);
+  std::vector<float> after;
+  ASSERT_TRUE(tables.Pull("user", ids, &after).ok());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(after[i], before[i] - 0.25f);
+  EXPECT_EQ(tables.Find("user")->stats().resident, 3);
+}
+
+TEST(EmbeddingTablesTest, BadRequestsNameTheFieldAndChangeNothing) {
+  FaultInjectionEnv env;
+  EmbeddingTables tables(Spec(), 0, 2, &env);
+  const std::vector<uint64_t> mine = IdsOf(0, 2);
+  const std::vector<uint64_t> theirs = IdsOf(1, 1);
+  std::vector<float> out;
+  EXPECT_EQ(tables.Pull("item", mine, &out).code(), absl::StatusCode::kNotFound);
+  absl::Status s = tables.Pull("user", theirs, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ids[0] = "), std::string::npos) << s;
+  EXPECT_NE(s.message().find("is held by shard 1, not shard 0"), std::string::npos);
+  // 4096 bytes of chunk_bytes hold 256 rows of dim 4.
+  s = tables.Pull("user", IdsOf(0, 257), &out);
+  EXPECT_NE(s.message().find("more than chunk_bytes (4096)"), std::string::npos) << s;
+  EXPECT_TRUE(tables.Pull("user", IdsOf(0, 256), &out).ok());
+
+  auto expect_bad = [&](Push p, const std::string& field) {
+    auto r = tables.Push("w1", p.rows);
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message().rfind(field, 0), 0u) << r.status();
+  };
+  {
+    Push p(mine, 1.0f, 0);
+    p.rows.gradient_bytes -= 4;
+    expect_bad(p, "gradients: 28 bytes, want 32");
+  }
+  {
+    Push p({mine[0], mine[1], mine[0]}, 1.0f, 0);
+    expect_bad(p, "ids[2] = ");
+  }
+  {
+    Push p(mine, 1.0f, 0);
+    p.g[5] = std::nanf("");
+    expect_bad(p, "gradients[5] (row 1");
+  }
+  {
+    Push p(mine, 1.0f, 0);
+    std::vector<uint32_t> counts = {1};
+    p.rows.counts = counts;
+    expect_bad(p, "counts: 1 entries for 2 ids");
+  }
+  expect_bad(Push(mine, 1.0f, -1), "step must be >= 0");
+  expect_bad(Push(mine, 1.0f, 0, 0, 65), "chunks must be in [1, 64]");
+  expect_bad(Push(mine, 1.0f, 0, 2, 2), "chunk must be in [0, chunks)");
+  expect_bad(Push(theirs, 1.0f, 0), "ids[0] = ");
+  Push unknown(mine, 1.0f, 0);
+  unknown.rows.table = "item";
+  EXPECT_EQ(tables.Push("w1", unknown.rows).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(tables.Find("user")->stats().created, 0);
+  // None of them was logged: the good push of step 0 still applies.
+  auto r = tables.Push("w1", Push(mine, 1.0f, 0).rows);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->repeat);
+  EXPECT_EQ(r->applied, 2);
+}
+
+TEST(EmbeddingTablesTest, RepeatsAreAcknowledgedNotApplied) {
+  FaultInjectionEnv env;
+  EmbeddingTables tables(Spec(), 0, 2, &env);
+  const std::vector<uint64_t> ids = IdsOf(0, 4);
+  const uint64_t id = ids[0];
+  const std::vector<float> start = PullOne(tables, id);
+  auto push = [&](const std::string& worker, int64_t step, int chunk,
+                  int64_t generation = 1) {
+    Push p({id}, 1.0f, step, chunk, 2, generation);
+    auto r = tables.Push(worker, p.rows);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() && !r->repeat;
+  };
+  EXPECT_TRUE(push("w1", 3, 0));
+  EXPECT_FALSE(push("w1", 3, 0));  // the same chunk again
+  EXPECT_TRUE(push("w1", 3, 1));
+  EXPECT_TRUE(push("w2", 3, 0));   // another worker
+  EXPECT_TRUE(push("w1", 4, 0));
+  EXPECT_FALSE(push("w1", 3, 1));  // an older step: applied before
+  EXPECT_TRUE(push("w1", 2, 0, 2));  // a new generation restarts the steps
+  EXPECT_FALSE(push("w1", 2, 0, 2));
+  EXPECT_FLOAT_EQ(PullOne(tables, id)[0], start[0] - 5.0f);
+}
+
+TEST(EmbeddingTablesTest, RowsExpireByTheEnvsClock) {
+  FaultInjectionEnv env;
+  EmbeddingTables tables(Spec(1000, 60), 0, 2, &env);
+  const std::vector<uint64_t> ids = IdsOf(0, 10);
+  ASSERT_TRUE(tables.Push("w1", Push(ids, 1.0f, 0).rows).ok());
+  EmbeddingTable& t = *tables.Find("user");
+  EXPECT_EQ(t.stats().resident, 10);
+  env.Advance(absl::Seconds(59));
+  EXPECT_EQ(t.Expire(), 0);
+  env.Advance(absl::Seconds(1));
+  // A push expires the old rows it passes (here: all ten).
+  ASSERT_TRUE(tables.Push("w1", Push(IdsOf(0, 1, 1000), 1.0f, 1).rows).ok());
+  EXPECT_EQ(t.stats().evicted_ttl, 10);
+  EXPECT_EQ(t.stats().resident, 1);
+  EXPECT_EQ(PullOne(tables, ids[0]), [&] {
+    EmbeddingTables fresh(Spec(), 0, 2, &env);
+    return PullOne(fresh, ids[0]);
+  }());  // back to its initial values
+}
+
+// Threads pushing disjoint rows and pulling at once: every row ends where
+// its own pushes put it; resident rows stay within capacity.
+TEST(EmbeddingTablesTest, ConcurrentPushesAndPulls) {
+  FaultInjectionEnv env;
+  constexpr int kThreads = 4, kSteps = 50, kRows = 64;
+  EmbeddingTables tables(Spec(20000), 0, 2, &env);
+  std::vector<std::vector<uint64_t>> ids(kThreads);
+  for (int w = 0; w < kThreads; ++w) ids[w] = IdsOf(0, kRows, 1000000 * (w + 1));
+  std::vector<std::vector<float>> start(kThreads);
+  for (int w = 0; w < kThreads; ++w) ASSERT_TRUE(tables.Pull("user", ids[w], &start[w]).ok());
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kThreads; ++w) {
+    threads.emplace_back([&, w] {
+      for (int step = 0; step < kSteps; ++step) {
+        EXPECT_TRUE(tables.Push(absl::StrCat("w", w), Push(ids[w], 0.5f, step).rows).ok());
+        std::vector<float> out;
+        EXPECT_TRUE(tables.Pull("user", ids[(w + 1) % kThreads], &out).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < kThreads; ++w) {
+    std::vector<float> end;
+    ASSERT_TRUE(tables.Pull("user", ids[w], &end).ok());
+    for (size_t i = 0; i < end.size(); ++i) {
+      float want = start[w][i];
+      for (int step = 0; step < kSteps; ++step) want -= 0.5f;
+      ASSERT_EQ(end[i], want) << w << " " << i;
+    }
+  }
+  EXPECT_EQ(tables.Find("user")->stats().resident, kThreads * kRows);
+}
+
+}  // namespace
+}  // namespace fulcrum

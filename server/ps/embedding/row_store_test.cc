@@ -1,0 +1,166 @@
+#include "server/ps/embedding/row_store.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace fulcrum {
+namespace {
+
+RowStoreConfig Sgd(int64_t capacity, int dim = 4) {
+  RowStoreConfig c;
+  c.dim = dim;
+  c.init.type = RowInit::Type::kUniform;
+  c.init.scale = 0.1f;
+  c.init.salt = 99;
+  c.optimizer.type = RowOptimizer::Type::kSgd;
+  c.optimizer.lr = 0.5f;
+  c.capacity = capacity;
+  return c;
+}
+
+std::vector<float> ReadRow(const RowStore& s, uint64_t id) {
+  std::vector<float> out(s.dim());
+  s.Read(id, out.data());
+  return out;
+}
+
+std::vector<float> Initial(const RowStoreConfig& c, uint64_t id) {
+  std::vector<float> out(c.dim);
+  InitialRow(c.init, id, c.dim, out.data());
+  return out;
+}
+
+const std::vector<float> kOnes = {1, 1, 1, 1};
+
+TEST(RowStoreTest, RowsStartFromTheirInitialValues) {
+  RowStoreConfig c = Sgd(10);
+  RowStore s(c);
+  EXPECT_EQ(ReadRow(s, 7), Initial(c, 7));
+  EXPECT_FALSE(s.Resident(7));
+  EXPECT_EQ(s.Push(7, kOnes.data(), 1, 0), RowStore::Pushed::kCreated);
+  std::vector<float> want = Initial(c, 7);
+  for (float& v : want) v -= 0.5f;
+  EXPECT_EQ(ReadRow(s, 7), want);
+  EXPECT_EQ(s.Push(7, kOnes.data(), 1, 0), RowStore::Pushed::kApplied);
+  for (float& v : want) v -= 0.5f;
+  EXPECT_EQ(ReadRow(s, 7), want);
+  EXPECT_EQ(s.stats().resident, 1);
+  EXPECT_EQ(s.stats().created, 1);
+}
+
+TEST(RowStoreTest, LruEvictsTheLeastRecentlyPushedRow) {
+  RowStoreConfig c = Sgd(3);
+  RowStore s(c);
+  for (uint64_t id : {1, 2, 3, 1}) s.Push(id, kOnes.data(), 1, 0);
+  s.Push(4, kOnes.data(), 1, 0);  // evicts 2: 1 was pushed again
+  EXPECT_TRUE(s.Resident(1));
+  EXPECT_FALSE(s.Resident(2));
+  EXPECT_TRUE(s.Resident(3));
+  EXPECT_TRUE(s.Resident(4));
+  EXPECT_EQ(ReadRow(s, 2), Initial(c, 2));  // back to its initial values
+  std::vector<float> three = ReadRow(s, 3);
+  s.Read(3, three.data());  // reads do not count as use
+  s.Push(5, kOnes.data(), 1, 0);
+  EXPECT_FALSE(s.Resident(3));
+  RowStore::Stats st = s.stats();
+  EXPECT_EQ(st.resident, 3);
+  EXPECT_EQ(st.created, 5);
+  EXPECT_EQ(st.evicted_capacity, 2);
+  std::vector<uint64_t> order;
+  s.ForEachRow([&](uint64_t id, const float*, const float*) { order.push_back(id); });
+  EXPECT_EQ(order, (std::vector<uint64_t>{5, 4, 1}));
+}
+
+// A hot set pushed often survives a flood of ids seen once under lfu, and
+// does not under lru.
+TEST(RowStoreTest, LfuKeepsFrequentRows) {
+  for (auto eviction : {RowStoreConfig::Eviction::kLfu, RowStoreConfig::Eviction::kLru}) {
+    RowStoreConfig c = Sgd(100);
+    c.eviction = eviction;
+    RowStore s(c);
+    for (uint64_t hot = 0; hot < 10; ++hot) s.Push(hot, kOnes.data(), 50, 0);
+    for (uint64_t cold = 1000; cold < 3000; ++cold) s.Push(cold, kOnes.data(), 1, 0);
+    int hot_left = 0;
+    for (uint64_t hot = 0; hot < 10; ++hot) hot_left += s.Resident(hot);
+    if (eviction == RowStoreConfig::Eviction::kLfu) {
+      EXPECT_EQ(hot_left, 10);
+    } else {
+      EXPECT_EQ(hot_left, 0);
+    }
+    EXPECT_EQ(s.stats().resident, 100);
+  }
+}
+
+TEST(RowStoreTest, RowsExpireAfterTtlOldestFirst) {
+  RowStoreConfig c = Sgd(10);
+  c.ttl_seconds = 10;
+  RowStore s(c);
+  s.Push(1, kOnes.data(), 1, 0);
+  s.Push(2, kOnes.data(), 1, 5);
+  s.Push(3, kOnes.data(), 1, 8);
+  s.Push(1, kOnes.data(), 1, 9);  // 1 is young again
+  EXPECT_EQ(s.Expire(14, 100), 0);
+  EXPECT_EQ(s.Expire(15, 100), 1);  // 2, pushed at 5
+  EXPECT_FALSE(s.Resident(2));
+  EXPECT_EQ(s.Expire(100, 1), 1);  // bounded per call
+  EXPECT_EQ(s.Expire(100, 100), 1);
+  EXPECT_EQ(s.stats().resident, 0);
+  EXPECT_EQ(s.stats().evicted_ttl, 3);
+  RowStoreConfig forever = Sgd(10);
+  RowStore f(forever);
+  f.Push(1, kOnes.data(), 1, 0);
+  EXPECT_EQ(f.Expire(int64_t{1} << 40, 100), 0);
+}
+
+TEST(RowStoreTest, MinCountAdmitsAfterEnoughPushes) {
+  RowStoreConfig c = Sgd(10);
+  c.min_count = 3;
+  RowStore s(c);
+  EXPECT_EQ(s.Push(5, kOnes.data(), 1, 0), RowStore::Pushed::kPending);
+  EXPECT_EQ(s.Push(5, kOnes.data(), 1, 0), RowStore::Pushed::kPending);
+  EXPECT_FALSE(s.Resident(5));
+  EXPECT_EQ(ReadRow(s, 5), Initial(c, 5));
+  EXPECT_EQ(s.stats().bytes, RowStore(c).stats().bytes);  // nothing stored
+  EXPECT_EQ(s.Push(5, kOnes.data(), 1, 0), RowStore::Pushed::kCreated);
+  std::vector<float> want = Initial(c, 5);  // only the admitting push steps
+  for (float& v : want) v -= 0.5f;
+  EXPECT_EQ(ReadRow(s, 5), want);
+  // Three samples in one batch count three times.
+  EXPECT_EQ(s.Push(6, kOnes.data(), 3, 0), RowStore::Pushed::kCreated);
+  EXPECT_EQ(s.stats().pending_pushes, 2);
+}
+
+TEST(RowStoreTest, FreedSlotsAreReused) {
+  RowStoreConfig c = Sgd(1000, 16);
+  c.ttl_seconds = 1;
+  RowStore s(c);
+  for (uint64_t id = 0; id < 1000; ++id) s.Push(id, std::vector<float>(16, 1).data(), 1, 0);
+  const int64_t full = s.stats().bytes;
+  EXPECT_EQ(s.Expire(5, 1 << 20), 1000);
+  for (uint64_t id = 5000; id < 6000; ++id) s.Push(id, std::vector<float>(16, 1).data(), 1, 6);
+  EXPECT_EQ(s.stats().resident, 1000);
+  // The same blocks again; only the free list is new (4 bytes a slot,
+  // room for 1024).
+  EXPECT_LE(s.stats().bytes, full + 4 * 1024);
+}
+
+// The goal's bound: a full table costs at most 1.5x its values plus
+// optimizer state (dim 16, adagrad: 128 bytes a row).
+TEST(RowStoreTest, BytesPerRowWithinOneAndAHalfOfValuesAndState) {
+  for (int64_t rows : {1000, 100000, 300000}) {
+    RowStoreConfig c = Sgd(rows, 16);
+    c.optimizer.type = RowOptimizer::Type::kAdagrad;
+    RowStore s(c);
+    const std::vector<float> g(16, 0.1f);
+    for (int64_t id = 0; id < rows; ++id) s.Push(id * 7919, g.data(), 1, 0);
+    const RowStore::Stats st = s.stats();
+    ASSERT_EQ(st.resident, rows);
+    const double per_row = static_cast<double>(st.bytes) / rows;
+    EXPECT_LE(per_row, 1.5 * 128) << rows << " rows";
+    EXPECT_GE(per_row, 128 + 24) << rows << " rows";  // honest accounting
+  }
+}
+
+}  // namespace
+}  // namespace fulcrum
