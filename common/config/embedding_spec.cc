@@ -1,5 +1,6 @@
 #include "common/config/embedding_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -214,6 +215,21 @@ absl::Status ValidateEmbeddingTables(const v1::JobSpec& spec) {
 int64_t RowsPerShard(const v1::EmbeddingTableSpec& table, int shards) {
   if (shards < 1) shards = 1;
   return (table.capacity() + shards - 1) / shards;
+}
+
+int64_t BytesPerRow(const v1::EmbeddingTableSpec& table) {
+  const std::string& type = table.optimizer().type();
+  const int64_t dim = table.dim();
+  const int64_t state = type == "adam" ? 2 * dim + 1 : type == "sgd" ? 0 : dim;
+  return 4 * (dim + state) + 24 + 21 + (table.min_count() > 1 ? 8 : 0);
+}
+
+int64_t EmbeddingShardBytes(const v1::JobSpec& spec) {
+  int64_t bytes = 0;
+  for (const v1::EmbeddingTableSpec& t : spec.embeddings()) {
+    bytes += RowsPerShard(t, std::max(spec.shards(), 1)) * BytesPerRow(t);
+  }
+  return bytes;
 }
 
 }  // namespace fulcrum

@@ -32,6 +32,13 @@ absl::Status ValidateEmbeddingTables(const v1::JobSpec& spec);
 // rounded up.
 int64_t RowsPerShard(const v1::EmbeddingTableSpec& table, int shards);
 
+// The most bytes one resident row of `table` takes on a shard: values and
+// optimizer state, 24 bytes of metadata, 21 of index (its load while it
+// grows), and 8 of admission counters when min_count > 1.
+int64_t BytesPerRow(const v1::EmbeddingTableSpec& table);
+// What the job's tables hold on one of `shards` shards when full.
+int64_t EmbeddingShardBytes(const v1::JobSpec& spec);
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_COMMON_CONFIG_EMBEDDING_SPEC_H_

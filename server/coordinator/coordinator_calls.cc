@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/confined_path.h"
+#include "common/config/embedding_spec.h"
 #include "common/config/job_spec.h"
 #include "common/config/model_layout.h"
 #include "common/status/status_macros.h"
@@ -41,6 +42,7 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
       layout.ok()) {
     shard_bytes = ShardBytes(spec, *layout);
   }
+  shard_bytes += EmbeddingShardBytes(spec);
   std::unique_ptr<Job> job;
   uint64_t ticket = 0;
   {
@@ -49,7 +51,8 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(v1::JobSpec spec) {
     if (largest >= 0 && shard_bytes > largest) {
       return absl::InvalidArgumentError(absl::StrCat(
           "model: a shard would hold ", shard_bytes, " bytes of this job ",
-          "(parameters, optimizer state and aggregation buffers over ",
+          "(parameters, optimizer state, aggregation buffers and embedding "
+          "rows at capacity over ",
           spec.shards(), " shards); the largest registered shard declares ",
           largest, " (fulcrum-server --memory_bytes): use more shards or a "
           "smaller model"));

@@ -633,6 +633,30 @@ TEST_F(CoordinatorTest, AJobTooLargeForTheShardsIsRefusedOrWaitsSayingWhy) {
   EXPECT_TRUE(shards_.inits.empty());
 }
 
+// Embedding tables count at capacity: 50 rows of dim 4 with adagrad per
+// shard, 4 x 8 + 45 bytes each, beside the model's 200.
+TEST_F(CoordinatorTest, EmbeddingTablesCountTowardsAShardsMemory) {
+  v1::RegisterShardRequest shard;
+  shard.set_address("127.0.0.1:1");
+  shard.set_memory_bytes(4000);
+  ASSERT_TRUE(coordinator_.RegisterShard(shard).ok());
+  v1::JobSpec spec = Spec(1, 1, 2);
+  v1::EmbeddingTableSpec* table = spec.add_embeddings();
+  table->set_name("user");
+  table->set_dim(4);
+  table->set_capacity(100);
+  table->mutable_optimizer()->set_lr(0.1);
+  ApplyDefaults(&spec);
+  absl::StatusOr<std::string> refused = coordinator_.SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(absl::StrCat(
+                "a shard would hold ", 200 + 50 * (4 * 8 + 45), " bytes")),
+            std::string::npos)
+      << refused.status();
+  spec.mutable_embeddings(0)->set_capacity(60);  // 30 rows a shard fit
+  EXPECT_TRUE(coordinator_.SubmitJob(spec).ok());
+}
+
 TEST_F(CoordinatorTest, ListJobsPagesSummaries) {
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(*coordinator_.SubmitJob(Spec(1, 1, 1)));

@@ -96,6 +96,8 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
   RETURN_IF_ERROR(CheckInit(init));
   ASSIGN_OR_RETURN(ParameterLayout layout, LayoutForSpec(init.spec));
   std::unique_ptr<JobShard> job(new JobShard(init, std::move(layout)));
+  job->embeddings_ = std::make_unique<EmbeddingTables>(
+      init.spec, init.shard_index, init.num_shards, init.env);
   const std::vector<int32_t> ids =
       job->layout_.PartitionsOfShard(init.shard_index);
   const v1::CheckpointSpec& ck = init.spec.checkpoint();

@@ -39,6 +39,7 @@
 #include "server/ps/checkpoint.h"
 #include "server/ps/clocks.h"
 #include "server/ps/data_ledger.h"
+#include "server/ps/embedding/embedding_tables.h"
 #include "server/ps/partition_state.h"
 #include "server/ps/push_tracker.h"
 
@@ -203,6 +204,20 @@ class JobShard {
                           size_t bytes);
   bool initialized() const { return initialized_.load(); }
 
+  // Embedding tables (docs/embeddings.md; job_shard_embeddings.cc): the
+  // rows this shard holds. A member of the current generation pulls and
+  // pushes rows (MemberIndex's errors first; a push to an ended job is
+  // ABORTED), then EmbeddingTables checks and applies.
+  const EmbeddingTables& embeddings() const { return *embeddings_; }
+  absl::Status PullRows(const std::string& worker_id, int64_t generation,
+                        std::string_view table, absl::Span<const uint64_t> ids,
+                        std::vector<float>* out) const;
+  absl::StatusOr<RowsPushed> PushRows(const std::string& worker_id,
+                                      const RowsPush& push);
+  // Evicts every row past its table's ttl (pushes expire a few as they go;
+  // the shard's heartbeat calls this so idle tables shrink too).
+  int64_t ExpireRows();
+
   // Wakes every waiter with ABORTED; later pushes fail; reads still work.
   void End();
   bool ended() const { return ended_.load(); }
@@ -253,6 +268,7 @@ class JobShard {
   NonFiniteUpdate nonfinite_ ABSL_GUARDED_BY(nonfinite_mu_);
   // Records a refused update of `partition` (called without p.mu).
   void NoteNonFinite(int32_t partition, const PartitionState::Rejected& r);
+  std::unique_ptr<EmbeddingTables> embeddings_;
   std::unique_ptr<CheckpointWriter> checkpointer_;
   // After checkpointer_: destroyed first, it points to it.
   std::unique_ptr<Aggregator> aggregator_;

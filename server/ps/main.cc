@@ -16,6 +16,7 @@
 #include "common/net/signals.h"
 #include "common/net/transport.h"
 #include "server/ps/service.h"
+#include "server/ps/shard_collector.h"
 #include "server/ps/shard_agent.h"
 #include "server/ps/parameter_shard.h"
 #include "server/ps/shard_metrics.h"
@@ -91,8 +92,7 @@ int main(int argc, char** argv) {
   fulcrum::ParameterShard shard(checkpoint_root);
   fulcrum::metrics::Registry registry;
   fulcrum::ShardMetrics metrics(registry);
-  registry.AddCollector(
-      [&] { metrics.jobs.WithLabels().Set(shard.JobIds().size()); });
+  registry.AddCollector([&] { fulcrum::CollectShardState(shard, &metrics); });
   // Learned when the shard registers; the service checks the coordinator's
   // calls and the workers' hellos with it.
   fulcrum::SharedCredential coordinator_credential;

@@ -66,6 +66,14 @@ class ParameterServerService final : public v1::ParameterServer::Service {
                           grpc::ServerReader<v1::InitializeRequest>* reader,
                           v1::InitializeResponse* response) override;
 
+  // Embedding rows (service_embeddings.cc).
+  grpc::Status SparsePull(grpc::ServerContext* context,
+                          const v1::SparsePullRequest* request,
+                          v1::SparsePullResponse* response) override;
+  grpc::Status SparsePush(grpc::ServerContext* context,
+                          const v1::SparsePushRequest* request,
+                          v1::SparsePushResponse* response) override;
+
   // Streams open now (tests, the gauge).
   int open_streams() const { return open_streams_.load(); }
 
@@ -77,6 +85,10 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   absl::Status ServeInitialize(grpc::ServerContext* context,
                                grpc::ServerReader<v1::InitializeRequest>* reader,
                                Watchdog::Deadline* deadline);
+  absl::Status ServeSparsePull(const v1::SparsePullRequest& r,
+                               v1::SparsePullResponse* response);
+  absl::Status ServeSparsePush(const v1::SparsePushRequest& r,
+                               v1::SparsePushResponse* response);
   // The call comes from the coordinator / the stream is worker_id's.
   absl::Status FromCoordinator(const grpc::ServerContext& context) const;
   absl::Status AsWorker(const std::string& job_id, const std::string& worker_id,

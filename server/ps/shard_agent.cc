@@ -107,6 +107,7 @@ void ShardAgent::Run() {
     for (const std::string& job_id : shard_->JobIds()) {
       absl::StatusOr<std::shared_ptr<JobShard>> job = shard_->Find(job_id);
       if (!job.ok()) continue;
+      (*job)->ExpireRows();
       v1::ShardJobStats* out = request.add_jobs();
       *out = JobReport(**job, shard_id_, stall_threshold_);
       LogNewStalls(*out);

@@ -51,7 +51,36 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
           "Checkpoint writes that failed on this shard.", {"job_id"})),
       checkpoint_last_step(r.AddGauge(
           "fulcrum_checkpoint_last_step",
-          "Newest step this shard wrote a checkpoint of.", {"job_id"})) {
+          "Newest step this shard wrote a checkpoint of.", {"job_id"})),
+      embedding_rows(r.AddGauge(
+          "fulcrum_server_embedding_rows",
+          "Rows of an embedding table resident on this shard.",
+          {"job_id", "table"})),
+      embedding_bytes(r.AddGauge(
+          "fulcrum_server_embedding_bytes",
+          "Bytes an embedding table holds on this shard: values, optimizer "
+          "state, row metadata, index and admission counters.",
+          {"job_id", "table"})),
+      embedding_admitted(r.AddCounter(
+          "fulcrum_server_embedding_admitted_rows_total",
+          "Rows created (admitted: pushed min_count times).",
+          {"job_id", "table"})),
+      embedding_evicted(r.AddCounter(
+          "fulcrum_server_embedding_evicted_rows_total",
+          "Rows evicted, by reason: capacity (to make room) or ttl.",
+          {"job_id", "table", "reason"})),
+      embedding_pending(r.AddCounter(
+          "fulcrum_server_embedding_pending_pushes_total",
+          "Row pushes of ids not admitted yet (counted, not stored).",
+          {"job_id", "table"})),
+      embedding_pulled(r.AddCounter(
+          "fulcrum_server_embedding_pulled_rows_total",
+          "Rows read by workers (SparsePull).", {"job_id", "table"})),
+      embedding_pushed(r.AddCounter(
+          "fulcrum_server_embedding_pushed_rows_total",
+          "Row gradients received from workers (SparsePush; repeats not "
+          "counted).",
+          {"job_id", "table"})) {
   // Every reason is exported from the start (at 0), so rates and alerts see
   // the series before the first rejection.
   for (const char* reason :
@@ -87,6 +116,34 @@ void ShardMetrics::CheckpointWritten(const std::string& job_id, int64_t step,
   }
   metrics::Gauge& last = checkpoint_last_step.WithLabels({job_id});
   if (step > last.Value()) last.Set(static_cast<double>(step));
+}
+
+ShardMetrics::Table ShardMetrics::ForTable(const std::string& job_id,
+                                           const std::string& table) {
+  return {&embedding_pulled.WithLabels({job_id, table}),
+          &embedding_pushed.WithLabels({job_id, table})};
+}
+
+namespace {
+// A counter set from a cumulative total kept elsewhere.
+void CatchUp(metrics::Counter& c, int64_t total) {
+  const double d = static_cast<double>(total) - c.Value();
+  if (d > 0) c.Increment(d);
+}
+}  // namespace
+
+void ShardMetrics::TableState(const std::string& job_id,
+                              const std::string& table,
+                              const RowStore::Stats& s) {
+  absl::MutexLock lock(&table_state_mu_);
+  ForTable(job_id, table);  // exported from the start, at 0
+  embedding_rows.WithLabels({job_id, table}).Set(s.resident);
+  embedding_bytes.WithLabels({job_id, table}).Set(s.bytes);
+  CatchUp(embedding_admitted.WithLabels({job_id, table}), s.created);
+  CatchUp(embedding_evicted.WithLabels({job_id, table, "capacity"}),
+          s.evicted_capacity);
+  CatchUp(embedding_evicted.WithLabels({job_id, table, "ttl"}), s.evicted_ttl);
+  CatchUp(embedding_pending.WithLabels({job_id, table}), s.pending_pushes);
 }
 
 void ShardMetrics::Rejected(const std::string& reason) {

@@ -4,7 +4,9 @@
 
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "common/metrics/metrics.h"
+#include "server/ps/embedding/row_store.h"
 
 namespace fulcrum {
 
@@ -30,6 +32,17 @@ struct ShardMetrics {
   void CheckpointWritten(const std::string& job_id, int64_t step,
                          double seconds, bool ok);
 
+  // One embedding table's counters, looked up once per request.
+  struct Table {
+    metrics::Counter* pulled_rows;
+    metrics::Counter* pushed_rows;
+  };
+  Table ForTable(const std::string& job_id, const std::string& table);
+  // Exports a table's state (called by the scrape's collector; two
+  // scrapes at once are serialized).
+  void TableState(const std::string& job_id, const std::string& table,
+                  const RowStore::Stats& stats);
+
   metrics::Family<metrics::Counter>& push_bytes;
   metrics::Family<metrics::Counter>& pull_bytes;
   metrics::Family<metrics::Histogram>& aggregate_seconds;
@@ -42,6 +55,16 @@ struct ShardMetrics {
   metrics::Family<metrics::Histogram>& checkpoint_seconds;
   metrics::Family<metrics::Counter>& checkpoint_failures;
   metrics::Family<metrics::Gauge>& checkpoint_last_step;
+  metrics::Family<metrics::Gauge>& embedding_rows;
+  metrics::Family<metrics::Gauge>& embedding_bytes;
+  metrics::Family<metrics::Counter>& embedding_admitted;
+  metrics::Family<metrics::Counter>& embedding_evicted;
+  metrics::Family<metrics::Counter>& embedding_pending;
+  metrics::Family<metrics::Counter>& embedding_pulled;
+  metrics::Family<metrics::Counter>& embedding_pushed;
+
+ private:
+  absl::Mutex table_state_mu_;  // counters caught up from the tables' totals
 };
 
 }  // namespace fulcrum

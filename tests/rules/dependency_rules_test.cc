@@ -55,15 +55,16 @@ TEST_P(CoreTest, DependsOnNoGrpcTarget) {
 INSTANTIATE_TEST_SUITE_P(
     Cores, CoreTest,
     ::testing::Values("agent_state", "checkpoint", "clocks",
-                      "coordinator_core", "dataplane", "export", "journal",
+                      "coordinator_core", "dataplane", "embedding",
+                      "embedding_rows", "export", "journal",
                       "layout", "optimizer", "shard_core", "trainer",
                       "worker_session"));
 
 TEST(DependencyRulesTest, CoreSourcesIncludeNoGrpcHeader) {
   int files = 0;
   for (const char* package :
-       {"server/ps", "server/coordinator", "worker", "client",
-        "common/dataplane", "common/tensor"}) {
+       {"server/ps", "server/ps/embedding", "server/coordinator", "worker",
+        "client", "common/dataplane", "common/embedding", "common/tensor"}) {
     for (const auto& entry :
          std::filesystem::directory_iterator(Runfiles() + package)) {
       const std::string path = entry.path().string();

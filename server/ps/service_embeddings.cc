@@ -1,0 +1,76 @@
+// ParameterServer.SparsePull / SparsePush: translation only (the checks and
+// the rows are JobShard's and EmbeddingTables').
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "common/status/grpc_status.h"
+#include "common/status/status_macros.h"
+#include "server/ps/service.h"
+
+namespace fulcrum {
+
+grpc::Status ParameterServerService::SparsePull(
+    grpc::ServerContext*, const v1::SparsePullRequest* request,
+    v1::SparsePullResponse* response) {
+  absl::Status s = ServeSparsePull(*request, response);
+  if (!s.ok()) {
+    metrics_->Rejected(absl::AsciiStrToLower(absl::StatusCodeToString(s.code())));
+  }
+  return ToGrpcStatus(s);
+}
+
+grpc::Status ParameterServerService::SparsePush(
+    grpc::ServerContext*, const v1::SparsePushRequest* request,
+    v1::SparsePushResponse* response) {
+  absl::Status s = ServeSparsePush(*request, response);
+  if (!s.ok()) {
+    metrics_->Rejected(absl::AsciiStrToLower(absl::StatusCodeToString(s.code())));
+  }
+  return ToGrpcStatus(s);
+}
+
+absl::Status ParameterServerService::ServeSparsePull(
+    const v1::SparsePullRequest& r, v1::SparsePullResponse* response) {
+  RETURN_IF_ERROR(AsWorker(r.job_id(), r.worker_id(), r.credential()));
+  ASSIGN_OR_RETURN(std::shared_ptr<JobShard> job, shard_->Find(r.job_id()));
+  std::vector<float> rows;
+  RETURN_IF_ERROR(job->PullRows(r.worker_id(), r.generation(), r.table(),
+                                {r.ids().data(), static_cast<size_t>(r.ids_size())},
+                                &rows));
+  const EmbeddingTable* table = job->embeddings().Find(r.table());
+  response->set_dim(table->dim());
+  response->mutable_rows()->resize(rows.size() * sizeof(float));
+  if (!rows.empty()) {
+    std::memcpy(response->mutable_rows()->data(), rows.data(),
+                rows.size() * sizeof(float));
+  }
+  metrics_->ForTable(r.job_id(), table->name()).pulled_rows->Increment(r.ids_size());
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerService::ServeSparsePush(
+    const v1::SparsePushRequest& r, v1::SparsePushResponse* response) {
+  RETURN_IF_ERROR(AsWorker(r.job_id(), r.worker_id(), r.credential()));
+  ASSIGN_OR_RETURN(std::shared_ptr<JobShard> job, shard_->Find(r.job_id()));
+  RowsPush push;
+  push.table = r.table();
+  push.generation = r.generation();
+  push.step = r.step();
+  push.chunk = r.chunk();
+  push.chunks = r.chunks();
+  push.ids = {r.ids().data(), static_cast<size_t>(r.ids_size())};
+  push.gradients = r.gradients().data();
+  push.gradient_bytes = r.gradients().size();
+  push.counts = {r.counts().data(), static_cast<size_t>(r.counts_size())};
+  ASSIGN_OR_RETURN(RowsPushed pushed, job->PushRows(r.worker_id(), push));
+  response->set_applied(pushed.applied);
+  response->set_pending(pushed.pending);
+  response->set_repeat(pushed.repeat);
+  if (!pushed.repeat) {
+    metrics_->ForTable(r.job_id(), std::string(r.table()))
+        .pushed_rows->Increment(r.ids_size());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fulcrum
