@@ -29,7 +29,8 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
           {"job_id"}, {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256})),
       rejected_pushes(r.AddCounter(
           "fulcrum_server_rejected_pushes_total",
-          "Pushes and streams rejected, by status code.", {"reason"})),
+          "Pushes, streams and row requests rejected, by status code.",
+          {"reason"})),
       nonfinite_updates(r.AddCounter(
           "fulcrum_server_nonfinite_updates_total",
           "Updates refused because they would have made a parameter or "
