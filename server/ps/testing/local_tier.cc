@@ -4,6 +4,7 @@
 
 #include "common/status/status_macros.h"
 #include "server/ps/local_channel.h"
+#include "server/ps/local_row_channel.h"
 #include "server/ps/parameter_shard.h"
 
 namespace fulcrum::testing {
@@ -25,6 +26,13 @@ LocalTier::LocalTier(const std::string& job_id, const v1::JobSpec& spec,
 LocalTier::~LocalTier() = default;
 
 ChannelFactory* LocalTier::channels() { return channels_.get(); }
+
+std::unique_ptr<RowChannel> LocalTier::Rows(ChannelOptions options) {
+  options.job_id = job_id_;
+  std::vector<ParameterShard*> raw;
+  for (auto& shard : shards_) raw.push_back(shard.get());
+  return std::make_unique<LocalRowChannel>(options, std::move(raw));
+}
 
 absl::StatusOr<int64_t> LocalTier::Reconfigure(
     int64_t generation, const std::vector<std::string>& workers) {

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/dataplane/parameter_channel.h"
+#include "common/dataplane/row_channel.h"
 #include "fulcrum/v1/job.pb.h"
 
 namespace fulcrum {
@@ -33,6 +34,10 @@ class LocalTier {
 
   // Channels into the shard cores (owned by the tier).
   ChannelFactory* channels();
+  // A channel for embedding rows as member `options.worker_id` of
+  // options.generation (job_id is the tier's).
+  std::unique_ptr<RowChannel> Rows(ChannelOptions options);
+
   // The coordinator's round: every shard adopts `generation` with
   // `workers`, then aligns to the lowest version any reported. Returns it.
   absl::StatusOr<int64_t> Reconfigure(int64_t generation,
