@@ -17,46 +17,17 @@
 #include "common/net/transport.h"
 #include "common/tensor/model_file.h"
 #include "worker/capi/fulcrum.h"
+#include "worker/capi/worker_handle.h"
 #include "worker/coordinator_link.h"
 #include "worker/grpc_channel.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_session.h"
 
-struct fulcrum_worker {
-  // The metrics (fulcrum_worker_*, as fulcrum-worker's) and their endpoint;
-  // declared first so that they outlive everything that reports to them.
-  fulcrum::metrics::Registry registry;
-  std::unique_ptr<fulcrum::WorkerMetrics> metrics;
-  fulcrum::WorkerMetrics::Job job_metrics;
-  std::unique_ptr<fulcrum::metrics::HttpServer> metrics_server;
-  absl::Time step_start = absl::InfinitePast();  // the last wait's end
-  std::atomic<bool> joined{false};  // /readyz (read by the HTTP thread)
-  int64_t samples_reported = 0;
-
-  std::unique_ptr<fulcrum::CoordinatorLink> link;
-  fulcrum::GrpcChannelFactory channels;
-  std::string job_id;
-  absl::Duration step_timeout = absl::Minutes(5);
-  absl::Duration rejoin_timeout = absl::Seconds(60);
-  std::optional<fulcrum::ParameterLayout> layout;
-  float* params = nullptr;  // the caller's, fixed at the first join
-  std::unique_ptr<fulcrum::WorkerSession> session;
-};
-
 namespace {
 
+using fulcrum::capi::Fail;
 using fulcrum::v1::JobSpec;
 
-int Fail(const absl::Status& s, fulcrum_error* error) {
-  if (error != nullptr) {
-    error->code = static_cast<int>(s.code());
-    const std::string m(s.message());
-    const size_t n = std::min(m.size(), sizeof(error->message) - 1);
-    std::memcpy(error->message, m.data(), n);
-    error->message[n] = '\0';
-  }
-  return static_cast<int>(s.code());
-}
 
 std::string Str(const char* s) { return s == nullptr ? "" : s; }
 

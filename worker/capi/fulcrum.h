@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define FULCRUM_API_VERSION 2
+#define FULCRUM_API_VERSION 3
 
 typedef struct fulcrum_worker fulcrum_worker;
 
@@ -148,6 +148,22 @@ typedef void (*fulcrum_arrived_fn)(void* context, int32_t id);
 int fulcrum_wait(fulcrum_worker* worker, int64_t clock,
                  fulcrum_arrived_fn arrived, void* context, int32_t* stop,
                  fulcrum_error* error);
+
+/* Embedding tables (docs/embeddings.md; version 3). After fulcrum_join.
+ * fulcrum_table_dim: floats per row of the job's table `table`, or -1 when
+ * the job has no such table. */
+int32_t fulcrum_table_dim(const fulcrum_worker* worker, const char* table);
+/* Rows of ids[0, n) (repeats allowed) into out[0, n x dim), in order:
+ * resident rows as they are, the others as their initial values. */
+int fulcrum_pull_rows(fulcrum_worker* worker, const char* table,
+                      const uint64_t* ids, int64_t n, float* out,
+                      fulcrum_error* error);
+/* The rows' gradients of `step`: grads[0, n x dim) for ids[0, n), repeats
+ * summed here. Returns once every shard acknowledged (a retry is never
+ * applied twice). ABORTED: the generation ended (fulcrum_rejoin). */
+int fulcrum_push_rows(fulcrum_worker* worker, const char* table, int64_t step,
+                      const uint64_t* ids, int64_t n, const float* grads,
+                      fulcrum_error* error);
 
 /* Reports the chunks finished since the last call and leases the next.
  * in_flight: chunks handed out whole (a data loader prefetches) but not yet

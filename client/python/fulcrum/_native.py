@@ -4,7 +4,7 @@ any PyTorch: nothing here is compiled against Python."""
 import ctypes
 import os
 
-API_VERSION = 2
+API_VERSION = 3
 
 # absl/gRPC status codes the bindings act on.
 CANCELLED = 1
@@ -133,6 +133,9 @@ def _load():
         "fulcrum_report": (None, [P, ctypes.POINTER(Progress)]),
         "fulcrum_leaving": (ctypes.c_int, [P]),
         "fulcrum_finish": (ctypes.c_int, [P, ctypes.POINTER(Progress), C, E]),
+        "fulcrum_table_dim": (I32, [P, C]),
+        "fulcrum_pull_rows": (ctypes.c_int, [P, C, ctypes.POINTER(ctypes.c_uint64), I64, F, E]),
+        "fulcrum_push_rows": (ctypes.c_int, [P, C, I64, ctypes.POINTER(ctypes.c_uint64), I64, F, E]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -268,3 +271,21 @@ class NativeWorker:
         err = _Error()
         _check(self._lib.fulcrum_finish(self._w, ctypes.byref(progress) if progress else None,
                                         _bytes(error), ctypes.byref(err)), err)
+
+    # -- embedding rows (docs/embeddings.md) ---------------------------------
+
+    def table_dim(self, table):
+        """Floats per row of the job's table, or -1 without such a table."""
+        return self._lib.fulcrum_table_dim(self._w, _bytes(table))
+
+    def pull_rows(self, table, ids_ptr, n, out_ptr):
+        err = _Error()
+        _check(self._lib.fulcrum_pull_rows(
+            self._w, _bytes(table), ctypes.cast(ids_ptr, ctypes.POINTER(ctypes.c_uint64)), n,
+            ctypes.cast(out_ptr, ctypes.POINTER(ctypes.c_float)), ctypes.byref(err)), err)
+
+    def push_rows(self, table, step, ids_ptr, n, grads_ptr):
+        err = _Error()
+        _check(self._lib.fulcrum_push_rows(
+            self._w, _bytes(table), step, ctypes.cast(ids_ptr, ctypes.POINTER(ctypes.c_uint64)), n,
+            ctypes.cast(grads_ptr, ctypes.POINTER(ctypes.c_float)), ctypes.byref(err)), err)

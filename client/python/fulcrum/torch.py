@@ -26,11 +26,13 @@ import time
 import torch
 
 from fulcrum._data import LeaseSampler, LeasedData
+from fulcrum._embedding import EmbeddingBag, _pull_with_rejoin
 from fulcrum._native import (FAILED_PRECONDITION, FulcrumError, GenerationEnded,
                              NativeWorker, Progress, load_model)
 
 
-__all__ = ["Worker", "LeaseSampler", "declared_tensors", "load_exported"]
+__all__ = ["Worker", "EmbeddingBag", "LeaseSampler", "declared_tensors",
+           "load_exported"]
 
 
 def declared_tensors(model):
@@ -111,6 +113,10 @@ class Worker(LeasedData):
         self._progress = Progress()
         self._window = (time.monotonic(), 0)
         self._join(lambda: self._native.join(self._flat.data_ptr(), join_timeout))
+        # Embedding tables: rows pulled by forward, gradients pushed by step().
+        self._tables = [m for m in model.modules() if isinstance(m, EmbeddingBag)]
+        for m in self._tables:
+            m._attach(self)
 
     # -- layout ------------------------------------------------------------
 
@@ -174,6 +180,8 @@ class Worker(LeasedData):
         self.gradient_averaging = bool(a.gradient_averaging)
         self._load_parameters()
         self._new_step()
+        for m in getattr(self, "_tables", ()):
+            m._forget()  # the ended generation's step is not applied
         self._lease = None  # leases end with their generation
         self._done_chunks = []
         if not hasattr(self, "_batches"):
@@ -323,6 +331,8 @@ class Worker(LeasedData):
         if self.stopped:  # batches a DataLoader fetched before the stop
             if self._batches:
                 self._batches.popleft()
+            for m in self._tables:
+                m._forget()
             self._new_step()
             return False
         with torch.no_grad():
@@ -339,6 +349,8 @@ class Worker(LeasedData):
         if batch is not None:
             self._batches.popleft()
         try:
+            for m in self._tables:  # applied on arrival (docs/embeddings.md)
+                m._flush(self.step_num)
             self.stopped = self._native.wait(self.step_num + 1, self._arrived)
         except GenerationEnded as e:
             self._rejoin(e)
@@ -359,6 +371,10 @@ class Worker(LeasedData):
         self.step_num += 1
         self._new_step()
         return True
+
+    def _pull_rows(self, table, unique, rows):
+        self._live()
+        _pull_with_rejoin(self, table, unique, rows)
 
     def _empty_step(self, stop=False):
         """A step without data (none leased now), outside the batch queue."""
