@@ -115,8 +115,12 @@ class Worker(LeasedData):
         self._join(lambda: self._native.join(self._flat.data_ptr(), join_timeout))
         # Embedding tables: rows pulled by forward, gradients pushed by step().
         self._tables = [m for m in model.modules() if isinstance(m, EmbeddingBag)]
-        for m in self._tables:
-            m._attach(self)
+        try:
+            for m in self._tables:
+                m._attach(self)
+        except FulcrumError as e:
+            self.finish(str(e))  # leaves the job: it does not wait for us
+            raise
 
     # -- layout ------------------------------------------------------------
 
