@@ -50,6 +50,7 @@ void GrpcRowChannel::Pull(const RowPullCall& call,
   auto state = std::make_shared<State>();
   Identify(call.shard, &state->request);
   state->request.set_table(*call.table);
+  state->request.set_step(call.step);
   state->request.mutable_ids()->Add(call.ids.begin(), call.ids.end());
   SetDeadline(&state->context, call.deadline);
   float* out = call.out;

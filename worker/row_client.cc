@@ -21,14 +21,20 @@ struct Run {
 
 // Cuts each shard's rows (by_shard[s], positions into the unique rows) into
 // runs of at most `max_rows`, laying the positions out shard by shard in
-// *order.
+// *order. `every_shard`: a shard without rows gets an empty run.
 std::vector<Run> Runs(const std::vector<std::vector<uint32_t>>& by_shard,
-                      int64_t max_rows, std::vector<uint32_t>* order) {
+                      int64_t max_rows, std::vector<uint32_t>* order,
+                      bool every_shard = false) {
   std::vector<Run> runs;
   order->clear();
   for (size_t s = 0; s < by_shard.size(); ++s) {
     const size_t n = by_shard[s].size();
-    if (n == 0) continue;
+    if (n == 0) {
+      if (every_shard) {
+        runs.push_back({static_cast<int>(s), order->size(), order->size(), 0, 1});
+      }
+      continue;
+    }
     const int32_t chunks = static_cast<int32_t>((n + max_rows - 1) / max_rows);
     for (int32_t c = 0; c < chunks; ++c) {
       const size_t begin = order->size() + c * max_rows;
@@ -94,7 +100,8 @@ absl::Status RowClient::RunAll(
 }
 
 absl::Status RowClient::Pull(const std::string& table, int dim,
-                             absl::Span<const uint64_t> ids, float* out) {
+                             absl::Span<const uint64_t> ids, float* out,
+                             int64_t step) {
   const absl::Time deadline = absl::Now() + options_.timeout;
   // Each id once.
   std::vector<uint64_t> unique;
@@ -123,6 +130,7 @@ absl::Status RowClient::Pull(const std::string& table, int dim,
         call.ids = absl::MakeConstSpan(run_ids).subspan(r.begin, r.end - r.begin);
         call.out = rows.data() + r.begin * dim;
         call.dim = dim;
+        call.step = step;
         call.deadline = deadline;
         channel_->Pull(call, std::move(done));
       });
@@ -154,7 +162,8 @@ absl::Status RowClient::Push(const std::string& table, int64_t step,
   std::vector<uint32_t> order;
   const std::vector<Run> runs =
       Runs(SplitByShard(batch.ids, options_.shards),
-           std::max<int64_t>(1, options_.chunk_bytes / (4 * dim)), &order);
+           std::max<int64_t>(1, options_.chunk_bytes / (4 * dim)), &order,
+           /*every_shard=*/true);
   for (const Run& r : runs) {
     if (r.chunks > kMaxChunks) {
       return absl::InvalidArgumentError(absl::StrCat(

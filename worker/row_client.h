@@ -40,12 +40,15 @@ class RowClient {
   RowClient(RowChannel* channel, Options options);
 
   // Rows of `ids` (repeats allowed) of `table` (rows of `dim` floats) into
-  // out[ids.size() x dim], in order.
+  // out[ids.size() x dim], in order. `step`: the reader's step (a table
+  // with a staleness bound waits for the others); < 0: no wait.
   absl::Status Pull(const std::string& table, int dim,
-                    absl::Span<const uint64_t> ids, float* out);
+                    absl::Span<const uint64_t> ids, float* out,
+                    int64_t step = -1);
 
   // The step's row gradients: grads[ids.size() x dim], repeats summed here
-  // (each occurrence counts once towards admission).
+  // (each occurrence counts once towards admission). Every shard hears of
+  // the step, with no ids where it holds none (its clock for the table).
   absl::Status Push(const std::string& table, int dim, int64_t step,
                     absl::Span<const uint64_t> ids,
                     absl::Span<const float> grads);

@@ -56,6 +56,8 @@ absl::Status ReadTable(const YAML::Node& n, const std::string& at,
       {"ttl_seconds", Scalar<int64_t>("an integer", [t](int64_t v) {
          t->set_ttl_seconds(v);
        })},
+      {"staleness",
+       Scalar<int>("an integer", [t](int v) { t->set_staleness(v); })},
   };
   return ReadMap(n, at, fields);
 }
@@ -207,6 +209,11 @@ absl::Status ValidateEmbeddingTables(const v1::JobSpec& spec) {
       return Bad(at + ".ttl_seconds",
                  absl::StrCat("must be in [0, ", kTenYears, "] (0: never)",
                               Got(t.ttl_seconds())));
+    }
+    if (t.has_staleness() && (t.staleness() < 0 || t.staleness() > 1000)) {
+      return Bad(at + ".staleness",
+                 absl::StrCat("must be in [0, 1000] (leave it out for no "
+                              "bound)", Got(t.staleness())));
     }
   }
   return absl::OkStatus();

@@ -40,6 +40,7 @@ embeddings:
     eviction: lfu
     min_count: 3
     ttl_seconds: 3600
+    staleness: 2
 )");
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_EQ(spec->embeddings_size(), 2);
@@ -60,6 +61,8 @@ embeddings:
   EXPECT_EQ(item.eviction(), "lfu");
   EXPECT_EQ(item.min_count(), 3);
   EXPECT_EQ(item.ttl_seconds(), 3600);
+  EXPECT_EQ(item.staleness(), 2);
+  EXPECT_FALSE(user.has_staleness());
 }
 
 TEST(EmbeddingSpecTest, ErrorsNameTheField) {
@@ -81,6 +84,8 @@ TEST(EmbeddingSpecTest, ErrorsNameTheField) {
       {"{dim: 4, " + ok + ", min_count: 0}", "embeddings[0].min_count must be in [1, 255]"},
       {"{dim: 4, " + ok + ", min_count: 256}", "embeddings[0].min_count"},
       {"{dim: 4, " + ok + ", ttl_seconds: -1}", "embeddings[0].ttl_seconds must be in"},
+      {"{dim: 4, " + ok + ", staleness: -1}", "embeddings[0].staleness must be in [0, 1000]"},
+      {"{dim: 4, " + ok + ", staleness: 1001}", "embeddings[0].staleness must be in [0, 1000]"},
       {"{dim: 4, " + ok + ", init: {type: ones}}",
        "embeddings[0].init.type must be one of [uniform, normal, zeros]"},
       {"{dim: 4, " + ok + ", init: {type: zeros, scale: 1}}",

@@ -35,6 +35,9 @@ struct RowPullCall {
   absl::Span<const uint64_t> ids;
   float* out = nullptr;  // ids.size() x dim floats
   int dim = 0;
+  // The reader's step: a table with a staleness bound waits for the
+  // others (docs/embeddings.md); < 0: no wait.
+  int64_t step = -1;
   absl::Time deadline = absl::InfiniteFuture();
 };
 

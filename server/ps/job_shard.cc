@@ -97,7 +97,8 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
   ASSIGN_OR_RETURN(ParameterLayout layout, LayoutForSpec(init.spec));
   std::unique_ptr<JobShard> job(new JobShard(init, std::move(layout)));
   job->embeddings_ = std::make_unique<EmbeddingTables>(
-      init.spec, init.shard_index, init.num_shards, init.env);
+      init.spec, init.shard_index, init.num_shards, init.env,
+      static_cast<int>(init.workers.size()), init.generation);
   const std::vector<int32_t> ids =
       job->layout_.PartitionsOfShard(init.shard_index);
   const v1::CheckpointSpec& ck = init.spec.checkpoint();
@@ -341,6 +342,7 @@ bool JobShard::Ledger(fulcrum::Ledger* out) const {
 void JobShard::End() {
   ended_ = true;
   clocks_.End();
+  embeddings_->End();
   for (auto& p : slots_) {
     if (p == nullptr) continue;
     absl::MutexLock lock(&p->mu);

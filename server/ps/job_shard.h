@@ -209,9 +209,13 @@ class JobShard {
   // pushes rows (MemberIndex's errors first; a push to an ended job is
   // ABORTED), then EmbeddingTables checks and applies.
   const EmbeddingTables& embeddings() const { return *embeddings_; }
+  // A table with a staleness bound makes a pull for `step` >= 0 wait (see
+  // EmbeddingTables) until `deadline` or `cancelled()`.
   absl::Status PullRows(const std::string& worker_id, int64_t generation,
                         std::string_view table, absl::Span<const uint64_t> ids,
-                        std::vector<float>* out) const;
+                        std::vector<float>* out, int64_t step = -1,
+                        absl::Time deadline = absl::InfiniteFuture(),
+                        const std::function<bool()>& cancelled = nullptr) const;
   absl::StatusOr<RowsPushed> PushRows(const std::string& worker_id,
                                       const RowsPush& push);
   // Evicts every row past its table's ttl (pushes expire a few as they go;

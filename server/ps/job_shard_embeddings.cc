@@ -8,9 +8,17 @@ namespace fulcrum {
 absl::Status JobShard::PullRows(const std::string& worker_id,
                                 int64_t generation, std::string_view table,
                                 absl::Span<const uint64_t> ids,
-                                std::vector<float>* out) const {
-  RETURN_IF_ERROR(MemberIndex(worker_id, generation).status());
-  return embeddings_->Pull(table, ids, out);
+                                std::vector<float>* out, int64_t step,
+                                absl::Time deadline,
+                                const std::function<bool()>& cancelled) const {
+  ASSIGN_OR_RETURN(const int member, MemberIndex(worker_id, generation));
+  RowsRead read;
+  read.member = member;
+  read.step = step;
+  read.generation = generation;
+  read.deadline = deadline;
+  if (cancelled) read.cancelled = cancelled;
+  return embeddings_->Pull(table, ids, out, read);
 }
 
 absl::StatusOr<RowsPushed> JobShard::PushRows(const std::string& worker_id,
@@ -19,8 +27,8 @@ absl::StatusOr<RowsPushed> JobShard::PushRows(const std::string& worker_id,
     return absl::AbortedError(
         absl::StrCat("job ", init_.job_id, " ended"));
   }
-  RETURN_IF_ERROR(MemberIndex(worker_id, push.generation).status());
-  return embeddings_->Push(worker_id, push);
+  ASSIGN_OR_RETURN(const int member, MemberIndex(worker_id, push.generation));
+  return embeddings_->Push(worker_id, push, member);
 }
 
 int64_t JobShard::ExpireRows() {

@@ -59,6 +59,7 @@ absl::StatusOr<Adopted> JobShard::Adopt(
     }
   }
   clocks_.Reset(members, 0, generation);
+  embeddings_->ResetClocks(members, 0, generation);
   Adopted adopted;
   // -1: this shard holds no partition of the job (more shards than
   // partitions) and has no say in the version the round aligns to.
@@ -106,6 +107,7 @@ absl::StatusOr<Aligned> JobShard::Align(
   aligned.initialized = initialized_;
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(to);
   clocks_.Reset(members, to, generation);
+  embeddings_->ResetClocks(members, to, generation);
   if (mode_ != Mode::kSync) {
     absl::MutexLock lock(&clock_checkpoint_mu_);
     clock_checkpoint_ = to;

@@ -20,7 +20,8 @@ void LocalRowChannel::Pull(const RowPullCall& call,
   if (!job.ok()) return done(job.status());
   std::vector<float> rows;
   absl::Status s = (*job)->PullRows(options_.worker_id, options_.generation,
-                                    *call.table, call.ids, &rows);
+                                    *call.table, call.ids, &rows, call.step,
+                                    call.deadline);
   if (s.ok() && rows.size() != call.ids.size() * call.dim) {
     s = absl::InternalError("the table's dim is not the caller's");
   }

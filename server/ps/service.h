@@ -85,7 +85,8 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   absl::Status ServeInitialize(grpc::ServerContext* context,
                                grpc::ServerReader<v1::InitializeRequest>* reader,
                                Watchdog::Deadline* deadline);
-  absl::Status ServeSparsePull(const v1::SparsePullRequest& r,
+  absl::Status ServeSparsePull(const grpc::ServerContext& context,
+                               const v1::SparsePullRequest& r,
                                v1::SparsePullResponse* response);
   absl::Status ServeSparsePush(const v1::SparsePushRequest& r,
                                v1::SparsePushResponse* response);

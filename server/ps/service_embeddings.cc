@@ -1,5 +1,6 @@
 // ParameterServer.SparsePull / SparsePush: translation only (the checks and
 // the rows are JobShard's and EmbeddingTables').
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -10,9 +11,9 @@
 namespace fulcrum {
 
 grpc::Status ParameterServerService::SparsePull(
-    grpc::ServerContext*, const v1::SparsePullRequest* request,
+    grpc::ServerContext* context, const v1::SparsePullRequest* request,
     v1::SparsePullResponse* response) {
-  absl::Status s = ServeSparsePull(*request, response);
+  absl::Status s = ServeSparsePull(*context, *request, response);
   if (!s.ok()) {
     metrics_->Rejected(absl::AsciiStrToLower(absl::StatusCodeToString(s.code())));
   }
@@ -30,13 +31,20 @@ grpc::Status ParameterServerService::SparsePush(
 }
 
 absl::Status ParameterServerService::ServeSparsePull(
-    const v1::SparsePullRequest& r, v1::SparsePullResponse* response) {
+    const grpc::ServerContext& context, const v1::SparsePullRequest& r,
+    v1::SparsePullResponse* response) {
   RETURN_IF_ERROR(AsWorker(r.job_id(), r.worker_id(), r.credential()));
   ASSIGN_OR_RETURN(std::shared_ptr<JobShard> job, shard_->Find(r.job_id()));
   std::vector<float> rows;
-  RETURN_IF_ERROR(job->PullRows(r.worker_id(), r.generation(), r.table(),
-                                {r.ids().data(), static_cast<size_t>(r.ids_size())},
-                                &rows));
+  // A staleness bound may make the pull wait: at most step_timeout, and no
+  // longer than the caller waits.
+  const absl::Time deadline =
+      std::min(absl::Now() + options_.step_timeout,
+               absl::FromChrono(context.deadline()));
+  RETURN_IF_ERROR(job->PullRows(
+      r.worker_id(), r.generation(), r.table(),
+      {r.ids().data(), static_cast<size_t>(r.ids_size())}, &rows, r.step(),
+      deadline, [&context] { return context.IsCancelled(); }));
   const EmbeddingTable* table = job->embeddings().Find(r.table());
   response->set_dim(table->dim());
   response->mutable_rows()->resize(rows.size() * sizeof(float));

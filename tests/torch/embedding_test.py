@@ -19,12 +19,16 @@ import torch  # noqa: E402
 CTR = harness.runfile("examples/torch/ctr")
 
 
-def ctr_job(name, workers=2):
+def ctr_job(name, workers=2, deep_staleness=None):
     with open(os.path.join(CTR, "ctr.yaml")) as f:
         text = f.read()
-    return (text.replace("name: ctr-wide-deep", f"name: {name}")
+    text = (text.replace("name: ctr-wide-deep", f"name: {name}")
             .replace("workers: {min: 2, max: 2}", f"workers: {{min: {workers}, max: {workers}}}")
             .replace("capacity: 8000000", "capacity: 400000"))
+    if deep_staleness is not None:
+        text = text.replace("{name: deep, dim: 8,",
+                            f"{{name: deep, dim: 8, staleness: {deep_staleness},")
+    return text
 
 
 class EmbeddingTablesTest(unittest.TestCase):
@@ -51,7 +55,9 @@ class EmbeddingTablesTest(unittest.TestCase):
         return float(r.stdout.split("test auc ")[1].split()[0])
 
     def test_two_workers_reach_the_plain_process_auc(self):
-        job_id = self.cluster.submit(ctr_job("ctr"))
+        # The deep table bounds its staleness: pulls wait for the other
+        # worker's pushes, empty steps included, to the end of the job.
+        job_id = self.cluster.submit(ctr_job("ctr", deep_staleness=1))
         for r in range(2):
             self.cluster.worker(f"w{r}", os.path.join(CTR, "fulcrum_ctr.py"),
                                 "--job", job_id, "--data", self.data)

@@ -61,7 +61,7 @@ int32_t fulcrum_table_dim(const fulcrum_worker* w, const char* table) {
   return Dim(w, table);
 }
 
-int fulcrum_pull_rows(fulcrum_worker* w, const char* table,
+int fulcrum_pull_rows(fulcrum_worker* w, const char* table, int64_t step,
                       const uint64_t* ids, int64_t n, float* out,
                       fulcrum_error* error) {
   if (absl::Status s = CheckTable(w, table, n, ids, out); !s.ok())
@@ -69,7 +69,7 @@ int fulcrum_pull_rows(fulcrum_worker* w, const char* table,
   absl::StatusOr<fulcrum::RowClient*> rows = Rows(w);
   if (!rows.ok()) return Fail(rows.status(), error);
   absl::Status s = (*rows)->Pull(table, Dim(w, table),
-                                 absl::MakeConstSpan(ids, n), out);
+                                 absl::MakeConstSpan(ids, n), out, step);
   return s.ok() ? 0 : Fail(s, error);
 }
 

@@ -154,13 +154,17 @@ int fulcrum_wait(fulcrum_worker* worker, int64_t clock,
  * the job has no such table. */
 int32_t fulcrum_table_dim(const fulcrum_worker* worker, const char* table);
 /* Rows of ids[0, n) (repeats allowed) into out[0, n x dim), in order:
- * resident rows as they are, the others as their initial values. */
+ * resident rows as they are, the others as their initial values. `step`:
+ * the step they are for (a table with a staleness bound waits until every
+ * member pushed the steps before step - staleness); -1: no wait. */
 int fulcrum_pull_rows(fulcrum_worker* worker, const char* table,
-                      const uint64_t* ids, int64_t n, float* out,
-                      fulcrum_error* error);
+                      int64_t step, const uint64_t* ids, int64_t n,
+                      float* out, fulcrum_error* error);
 /* The rows' gradients of `step`: grads[0, n x dim) for ids[0, n), repeats
  * summed here. Returns once every shard acknowledged (a retry is never
- * applied twice). ABORTED: the generation ended (fulcrum_rejoin). */
+ * applied twice). Call it once per table every step, with n = 0 when the
+ * step touched none of its rows (tables with a staleness bound count
+ * steps). ABORTED: the generation ended (fulcrum_rejoin). */
 int fulcrum_push_rows(fulcrum_worker* worker, const char* table, int64_t step,
                       const uint64_t* ids, int64_t n, const float* grads,
                       fulcrum_error* error);

@@ -50,32 +50,42 @@ class EmbeddingBag(torch.nn.Module):
         unique, inverse = torch.unique(flat, return_inverse=True)
         unique = unique.contiguous()
         rows = torch.empty(len(unique), self.dim, dtype=torch.float32)
-        self._worker._pull_rows(self.table, unique, rows)
+        training = self.training and torch.is_grad_enabled()
+        # Training reads wait for the table's staleness bound; others don't.
+        self._worker._pull_rows(self.table, unique, rows,
+                                self._worker.step_num if training else -1)
         rows = rows.to(device)
-        if self.training and torch.is_grad_enabled():
+        if training:
             rows.requires_grad_(True)
             self._pending.append((unique, rows))
         return F.embedding_bag(inverse.reshape(ids.shape).to(device), rows, offsets,
                                mode=self.mode, per_sample_weights=per_sample_weights)
 
     def _flush(self, step):
-        """Pushes this step's row gradients (Worker.step calls it)."""
+        """Pushes this step's row gradients (Worker.step calls it): one push
+        per step, with no rows when forward did not run (a table with a
+        staleness bound counts every member's steps)."""
         pending, self._pending = self._pending, []
+        ids, grads = [], []
         for unique, rows in pending:
-            if rows.grad is None:
-                continue
-            grad = rows.grad.detach().to("cpu", torch.float32).contiguous()
-            self._worker._native.push_rows(self.table, step, unique.data_ptr(),
-                                           len(unique), grad.data_ptr())
+            if rows.grad is not None:
+                ids.append(unique)
+                grads.append(rows.grad.detach().to("cpu", torch.float32))
+        ids = torch.cat(ids) if ids else torch.empty(0, dtype=torch.int64)
+        grad = (torch.cat(grads) if grads else torch.empty(0, self.dim)).contiguous()
+        self._worker._native.push_rows(self.table, step, ids.data_ptr(), len(ids),
+                                       grad.data_ptr())
 
     def _forget(self):
         self._pending = []
 
 
-def _pull_with_rejoin(worker, table, unique, rows):
-    """Pulls rows; when the generation ended, re-joins once and pulls again."""
+def _pull_with_rejoin(worker, table, unique, rows, step):
+    """Pulls rows; when the generation ended, re-joins once and pulls again
+    (for the step the worker resumes at)."""
     try:
-        worker._native.pull_rows(table, unique.data_ptr(), len(unique), rows.data_ptr())
+        worker._native.pull_rows(table, step, unique.data_ptr(), len(unique), rows.data_ptr())
     except GenerationEnded as e:
         worker._rejoin(e)
-        worker._native.pull_rows(table, unique.data_ptr(), len(unique), rows.data_ptr())
+        step = worker.step_num if step >= 0 else -1
+        worker._native.pull_rows(table, step, unique.data_ptr(), len(unique), rows.data_ptr())

@@ -134,7 +134,7 @@ def _load():
         "fulcrum_leaving": (ctypes.c_int, [P]),
         "fulcrum_finish": (ctypes.c_int, [P, ctypes.POINTER(Progress), C, E]),
         "fulcrum_table_dim": (I32, [P, C]),
-        "fulcrum_pull_rows": (ctypes.c_int, [P, C, ctypes.POINTER(ctypes.c_uint64), I64, F, E]),
+        "fulcrum_pull_rows": (ctypes.c_int, [P, C, I64, ctypes.POINTER(ctypes.c_uint64), I64, F, E]),
         "fulcrum_push_rows": (ctypes.c_int, [P, C, I64, ctypes.POINTER(ctypes.c_uint64), I64, F, E]),
     }
     for name, (restype, argtypes) in sigs.items():
@@ -278,10 +278,10 @@ class NativeWorker:
         """Floats per row of the job's table, or -1 without such a table."""
         return self._lib.fulcrum_table_dim(self._w, _bytes(table))
 
-    def pull_rows(self, table, ids_ptr, n, out_ptr):
+    def pull_rows(self, table, step, ids_ptr, n, out_ptr):
         err = _Error()
         _check(self._lib.fulcrum_pull_rows(
-            self._w, _bytes(table), ctypes.cast(ids_ptr, ctypes.POINTER(ctypes.c_uint64)), n,
+            self._w, _bytes(table), step, ctypes.cast(ids_ptr, ctypes.POINTER(ctypes.c_uint64)), n,
             ctypes.cast(out_ptr, ctypes.POINTER(ctypes.c_float)), ctypes.byref(err)), err)
 
     def push_rows(self, table, step, ids_ptr, n, grads_ptr):

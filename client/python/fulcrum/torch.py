@@ -376,9 +376,9 @@ class Worker(LeasedData):
         self._new_step()
         return True
 
-    def _pull_rows(self, table, unique, rows):
+    def _pull_rows(self, table, unique, rows, step):
         self._live()
-        _pull_with_rejoin(self, table, unique, rows)
+        _pull_with_rejoin(self, table, unique, rows, step)
 
     def _empty_step(self, stop=False):
         """A step without data (none leased now), outside the batch queue."""

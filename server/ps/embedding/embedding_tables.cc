@@ -21,11 +21,29 @@ std::string Short(std::string_view s) {
 }  // namespace
 
 EmbeddingTables::EmbeddingTables(const v1::JobSpec& spec, int shard,
-                                 int shards, Env* env)
+                                 int shards, Env* env, int members,
+                                 int64_t generation)
     : shard_(shard), shards_(shards), chunk_bytes_(spec.chunk_bytes()) {
   for (const v1::EmbeddingTableSpec& t : spec.embeddings()) {
     tables_.push_back(std::make_unique<EmbeddingTable>(
         t, spec.seed(), RowsPerShard(t, shards), env));
+    staleness_.push_back(t.has_staleness() ? t.staleness() : -1);
+    clocks_.push_back(t.has_staleness() ? std::make_unique<ClockTable>(
+                                              members, 1, generation)
+                                        : nullptr);
+  }
+}
+
+void EmbeddingTables::ResetClocks(int members, int64_t clock,
+                                  int64_t generation) {
+  for (auto& c : clocks_) {
+    if (c != nullptr) c->Reset(members, clock, generation);
+  }
+}
+
+void EmbeddingTables::End() {
+  for (auto& c : clocks_) {
+    if (c != nullptr) c->End();
   }
 }
 
@@ -70,14 +88,26 @@ absl::Status EmbeddingTables::CheckIds(const EmbeddingTable& t,
 
 absl::Status EmbeddingTables::Pull(std::string_view table,
                                    absl::Span<const uint64_t> ids,
-                                   std::vector<float>* out) const {
-  const EmbeddingTable* t = Find(table);
-  if (t == nullptr) {
+                                   std::vector<float>* out,
+                                   const RowsRead& read) const {
+  int index = -1;
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    if (tables_[i]->name() == table) index = static_cast<int>(i);
+  }
+  if (index < 0) {
     return absl::NotFoundError(
         absl::StrCat("table: the job has no embedding table '", Short(table),
                      "'"));
   }
+  const EmbeddingTable* t = tables_[index].get();
   RETURN_IF_ERROR(CheckIds(*t, ids, /*distinct=*/false));
+  if (clocks_[index] != nullptr && read.step >= 0) {
+    RETURN_IF_ERROR(clocks_[index]
+                        ->WaitForRead(read.step, staleness_[index],
+                                      read.deadline, read.cancelled,
+                                      read.generation)
+                        .status());
+  }
   out->resize(ids.size() * t->dim());
   t->Pull(ids, out->data());
   return absl::OkStatus();
@@ -122,7 +152,8 @@ absl::Status EmbeddingTables::CheckPush(const EmbeddingTable& t,
 }
 
 bool EmbeddingTables::FirstTime(const std::string& worker, int table,
-                                const RowsPush& push) {
+                                const RowsPush& push, bool* completes) {
+  *completes = false;
   absl::MutexLock lock(&log_mu_);
   if (log_.size() >= kMaxLog) {  // forget older generations' entries
     for (auto it = log_.begin(); it != log_.end();) {
@@ -135,16 +166,19 @@ bool EmbeddingTables::FirstTime(const std::string& worker, int table,
   if (push.generation != r.generation || push.step > r.step) {
     if (push.generation < r.generation) return false;  // JobShard refuses it
     r = Received{push.generation, push.step, bit};
+    *completes = push.chunks == 1;
     return true;
   }
   if (push.step < r.step) return false;  // applied before the newer step
   if (r.chunks & bit) return false;
   r.chunks |= bit;
+  *completes = __builtin_popcountll(r.chunks) == push.chunks;
   return true;
 }
 
 absl::StatusOr<RowsPushed> EmbeddingTables::Push(const std::string& worker,
-                                                 const RowsPush& push) {
+                                                 const RowsPush& push,
+                                                 int member) {
   int index = -1;
   for (size_t i = 0; i < tables_.size(); ++i) {
     if (tables_[i]->name() == push.table) index = static_cast<int>(i);
@@ -156,7 +190,8 @@ absl::StatusOr<RowsPushed> EmbeddingTables::Push(const std::string& worker,
   EmbeddingTable& t = *tables_[index];
   RETURN_IF_ERROR(CheckPush(t, push));
   RowsPushed out;
-  if (!FirstTime(worker, index, push)) {
+  bool completes = false;
+  if (!FirstTime(worker, index, push, &completes)) {
     out.repeat = true;
     return out;
   }
@@ -166,6 +201,11 @@ absl::StatusOr<RowsPushed> EmbeddingTables::Push(const std::string& worker,
   const EmbeddingTable::Pushed p = t.Push(push.ids, g.data(), push.counts);
   out.applied = p.applied;
   out.pending = p.pending;
+  // The step's rows are all in: the member's clock moves (after applying,
+  // so a read the clock lets through sees them).
+  if (completes && member >= 0 && clocks_[index] != nullptr) {
+    clocks_[index]->PartitionDone(member, push.step, push.generation);
+  }
   return out;
 }
 

@@ -5,7 +5,10 @@
 // generations are the JobShard's (it calls these after MemberIndex).
 //
 // Pushes apply on arrival (each worker's rows as they come, as Persia and
-// Monolith do for embeddings).
+// Monolith do for embeddings). A table with a `staleness` bound keeps a
+// ClockTable of its own: a member's clock on this shard is the number of
+// steps whose chunks have all arrived here, and a pull for step c waits
+// until every member still training has clock >= c - staleness.
 //
 // Thread safety: every method is safe to call concurrently.
 #ifndef FULCRUM_SERVER_PS_EMBEDDING_EMBEDDING_TABLES_H_
@@ -24,6 +27,7 @@
 #include "absl/types/span.h"
 #include "common/env/env.h"
 #include "fulcrum/v1/job.pb.h"
+#include "server/ps/clocks.h"
 #include "server/ps/embedding/embedding_table.h"
 
 namespace fulcrum {
@@ -41,6 +45,15 @@ struct RowsPush {
   absl::Span<const uint32_t> counts;  // empty: 1 each
 };
 
+// Who reads and for which step (a table with a staleness bound waits).
+struct RowsRead {
+  int member = -1;          // the reader's index in the generation
+  int64_t step = -1;        // < 0: no wait (evaluation)
+  int64_t generation = -1;  // waits end (ABORTED) when it is replaced
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> cancelled = [] { return false; };
+};
+
 struct RowsPushed {
   int64_t applied = 0;
   int64_t pending = 0;
@@ -52,8 +65,10 @@ class EmbeddingTables {
   static constexpr int kMaxChunks = 64;
 
   // The tables of `spec` (validated) as shard `shard` of `shards` holds
-  // them. `env` is not owned and must outlive this.
-  EmbeddingTables(const v1::JobSpec& spec, int shard, int shards, Env* env);
+  // them, for `members` members of `generation`. `env` is not owned and must
+  // outlive this.
+  EmbeddingTables(const v1::JobSpec& spec, int shard, int shards, Env* env,
+                  int members = 1, int64_t generation = 1);
 
   bool empty() const { return tables_.empty(); }
   // Null when the job has no such table.
@@ -65,26 +80,39 @@ class EmbeddingTables {
   // Rows of `ids` of `table` into *out (resized to ids x dim). NOT_FOUND
   // naming the table; INVALID_ARGUMENT naming `ids` when one is held by
   // another shard or the answer would pass chunk_bytes.
+  // With a staleness bound and read.step >= 0 it first waits (see above):
+  // DEADLINE_EXCEEDED, CANCELLED or ABORTED end the wait.
   absl::Status Pull(std::string_view table, absl::Span<const uint64_t> ids,
-                    std::vector<float>* out) const;
+                    std::vector<float>* out, const RowsRead& read = {}) const;
 
   // Applies `push` from `worker` once: a (worker, generation, step, chunk)
   // seen before - or an older step of that worker and generation - is a
   // repeat (acknowledged, nothing applied).
+  // `member` is the worker's index in push.generation (its clock), or -1.
   absl::StatusOr<RowsPushed> Push(const std::string& worker,
-                                  const RowsPush& push);
+                                  const RowsPush& push, int member = -1);
+
+  // A new generation of `members`, every clock at `clock` (JobShard::Align);
+  // waits of older generations end with ABORTED.
+  void ResetClocks(int members, int64_t clock, int64_t generation);
+  // Wakes every wait with ABORTED (the job ended).
+  void End();
 
  private:
   absl::Status CheckIds(const EmbeddingTable& t, absl::Span<const uint64_t> ids,
                         bool distinct) const;
   absl::Status CheckPush(const EmbeddingTable& t, const RowsPush& push) const;
-  // Marks the chunk received; false when it had been before.
-  bool FirstTime(const std::string& worker, int table, const RowsPush& push);
+  // Marks the chunk received; false when it had been before. *completes:
+  // every chunk of the step has now arrived.
+  bool FirstTime(const std::string& worker, int table, const RowsPush& push,
+                 bool* completes);
 
   const int shard_;
   const int shards_;
   const int64_t chunk_bytes_;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
+  std::vector<int> staleness_;  // by table; -1: no bound
+  std::vector<std::unique_ptr<ClockTable>> clocks_;  // by table; null: no bound
 
   struct Received {
     int64_t generation = -1;

@@ -16,7 +16,8 @@ namespace {
 
 using testing::FaultInjectionEnv;
 
-v1::JobSpec Spec(int64_t capacity = 1000, int64_t ttl = 0) {
+v1::JobSpec Spec(int64_t capacity = 1000, int64_t ttl = 0,
+                 const std::string& extra = "") {
   auto spec = ParseJobSpec(absl::StrCat(R"(
 name: ctr
 model: {type: external}
@@ -26,7 +27,7 @@ seed: 5
 chunk_bytes: 4096
 embeddings:
   - {name: user, dim: 4, capacity: )", capacity, ", ttl_seconds: ", ttl, R"(,
-     optimizer: {type: sgd, lr: 1.0}}
+     optimizer: {type: sgd, lr: 1.0})", extra, R"(}
 )"));
   EXPECT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
@@ -217,6 +218,49 @@ TEST(EmbeddingTablesTest, ConcurrentPushesAndPulls) {
     }
   }
   EXPECT_EQ(tables.Find("user")->stats().resident, kThreads * kRows);
+}
+
+// A table with staleness 1: a pull for step c waits until every member's
+// pushes of the steps before c - 1 are all in (every chunk), and a new
+// generation ends the wait.
+TEST(EmbeddingTablesTest, StalenessBoundsReads) {
+  FaultInjectionEnv env;
+  EmbeddingTables tables(Spec(1000, 0, ", staleness: 1"), 0, 2, &env,
+                         /*members=*/2, /*generation=*/1);
+  const std::vector<uint64_t> ids = IdsOf(0, 3);
+  std::vector<float> out;
+  auto pull = [&](int member, int64_t step, int64_t generation = 1) {
+    RowsRead r;
+    r.member = member;
+    r.step = step;
+    r.generation = generation;
+    r.deadline = absl::Now() + absl::Milliseconds(50);
+    return tables.Pull("user", ids, &out, r);
+  };
+  auto push = [&](int member, int64_t step, int chunk, int chunks) {
+    Push p(chunk == 0 ? ids : std::vector<uint64_t>{}, 0.1f, step, chunk, chunks);
+    ASSERT_TRUE(tables.Push(absl::StrCat("w", member), p.rows, member).ok());
+  };
+  EXPECT_TRUE(pull(0, 0).ok());
+  EXPECT_TRUE(pull(0, 1).ok());  // clocks 0 >= 1 - 1
+  EXPECT_EQ(pull(0, 2).code(), absl::StatusCode::kDeadlineExceeded);
+  push(0, 0, 0, 1);
+  EXPECT_EQ(pull(0, 2).code(), absl::StatusCode::kDeadlineExceeded);  // w1: 0
+  push(1, 0, 0, 2);  // half of member 1's step 0
+  EXPECT_EQ(pull(0, 2).code(), absl::StatusCode::kDeadlineExceeded);
+  push(1, 0, 1, 2);  // the other half: its clock is 1
+  EXPECT_TRUE(pull(0, 2).ok());
+  EXPECT_TRUE(pull(0, -1).ok());  // evaluation never waits
+  EXPECT_EQ(pull(1, 3).code(), absl::StatusCode::kDeadlineExceeded);
+  tables.ResetClocks(2, 5, 2);  // a new generation at step 5
+  EXPECT_EQ(pull(1, 3).code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(pull(1, 6, 2).ok());
+  // A table without a bound never waits.
+  EmbeddingTables unbounded(Spec(), 0, 2, &env, 2, 1);
+  RowsRead far;
+  far.step = 1000;
+  far.deadline = absl::Now();
+  EXPECT_TRUE(unbounded.Pull("user", ids, &out, far).ok());
 }
 
 }  // namespace
