@@ -52,9 +52,13 @@ f_auc=$(awk '/test auc/ {print $7}' "$out"/worker-*.log | head -1)
 # Samples/s of the job: all samples over the slower worker's time.
 f_rate=$(awk '/^summary/ {s += $7; if ($9 > t) t = $9} END {printf "%.0f", s / t}' \
   "$out"/worker-*.log)
-resident=$(for p in "$out"/cluster/shard-*.metrics_port; do
-  curl -s "127.0.0.1:$(cat "$p")/metrics" | awk '/^fulcrum_server_embedding_rows/ {s += $2} END {print s}'
-done | awk '{s += $1} END {print s}')
+resident="n/a (no curl)"
+if command -v curl >/dev/null; then
+  resident=$(for p in "$out"/cluster/shard-*.metrics_port; do
+    curl -s "127.0.0.1:$(cat "$p")/metrics" |
+      awk '/^fulcrum_server_embedding_rows/ {s += $2} END {print s}'
+  done | awk '{s += $1} END {print s}')
+fi
 cluster_stop
 
 # Plain PyTorch: one process, the same global batch and epochs.
