@@ -13,8 +13,19 @@ import numpy as np
 FIELDS, INTS = 26, 13
 
 
-def read_tsv(path, limit=0):
-    labels, dense, ids = [], [], []
+def _arrays(labels, dense, ids):
+    labels = np.asarray(labels, dtype=np.float32)
+    dense = np.log1p(np.maximum(np.asarray(dense, dtype=np.float64), 0)).astype(np.float32)
+    cats = np.asarray(ids, dtype=np.int64) & 0xFFFFFFFF
+    fields = (np.arange(1, FIELDS + 1, dtype=np.int64) << 32)[None, :]
+    return labels, dense.reshape(-1, INTS), (cats | fields).reshape(-1, FIELDS)
+
+
+def read_tsv(path, limit=0, block=65536):
+    """Reads `path` (the first `limit` lines; 0: all), `block` lines at a
+    time into numpy (Python lists only for one block: memory stays ~the
+    arrays')."""
+    parts, labels, dense, ids = [], [], [], []
     with open(path) as f:
         for n, line in enumerate(f):
             if limit and n >= limit:
@@ -25,11 +36,12 @@ def read_tsv(path, limit=0):
             labels.append(float(cols[0]))
             dense.append([float(c) if c else 0.0 for c in cols[1:1 + INTS]])
             ids.append([int(c, 16) if c else 0 for c in cols[1 + INTS:]])
-    labels = np.asarray(labels, dtype=np.float32)
-    dense = np.log1p(np.maximum(np.asarray(dense, dtype=np.float64), 0)).astype(np.float32)
-    cats = np.asarray(ids, dtype=np.int64) & 0xFFFFFFFF
-    fields = (np.arange(1, FIELDS + 1, dtype=np.int64) << 32)[None, :]
-    return labels, dense, cats | fields
+            if len(labels) == block:
+                parts.append(_arrays(labels, dense, ids))
+                labels, dense, ids = [], [], []
+    if labels or not parts:
+        parts.append(_arrays(labels, dense, ids))
+    return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
 
 
 def auc(score, label):
