@@ -225,6 +225,9 @@ void CheckpointWriter::Run() {
     const std::string path =
         CheckpointPath(options_.dir, options_.job_id, file.step, options_.shard);
     const absl::Time start = env->Now();
+    if (options_.more) {
+      for (auto& blob : options_.more()) file.partitions.push_back(std::move(blob));
+    }
     absl::Status s = WriteCheckpoint(env, path, file);
     if (s.ok())
       PruneCheckpoints(env, options_.dir, options_.job_id, options_.shard,

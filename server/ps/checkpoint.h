@@ -75,6 +75,10 @@ class CheckpointWriter {
                        const absl::Status& status)>
         on_written;
     Env* env = Env::Default();  // Not owned.
+    // More blobs for each file (an embedding table's rows, keyed < 0),
+    // taken on the writer thread just before the file is written. May be
+    // null.
+    std::function<std::vector<std::pair<int32_t, std::string>>()> more;
   };
 
   explicit CheckpointWriter(Options options);

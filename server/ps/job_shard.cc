@@ -103,11 +103,17 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
       job->layout_.PartitionsOfShard(init.shard_index);
   const v1::CheckpointSpec& ck = init.spec.checkpoint();
   if (ck.every_steps() > 0 && !ids.empty()) {
-    job->checkpointer_ = std::make_unique<CheckpointWriter>(
-        CheckpointWriter::Options{job->checkpoint_dir(), init.job_id,
-                                  init.shard_index,
-                                  static_cast<int>(ids.size()), ck.keep(),
-                                  init.on_checkpoint, init.env});
+    CheckpointWriter::Options o{job->checkpoint_dir(), init.job_id,
+                                init.shard_index,
+                                static_cast<int>(ids.size()), ck.keep(),
+                                init.on_checkpoint, init.env};
+    // The tables' rows join each file as it is written (embeddings.md,
+    // Checkpoints). embeddings_ outlives the writer (declared before it).
+    if (!job->embeddings_->empty()) {
+      EmbeddingTables* tables = job->embeddings_.get();
+      o.more = [tables] { return tables->Save(); };
+    }
+    job->checkpointer_ = std::make_unique<CheckpointWriter>(std::move(o));
   }
   Aggregator::Context context{init.job_id,
                               job->optimizer_,

@@ -174,6 +174,7 @@ absl::Status JobShard::RestoreInitial() {
     p.ledger.Reset({});
     aggregator_->Restored(p);
   }
+  embeddings_->Clear();
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(0);
   return absl::OkStatus();
 }
@@ -186,18 +187,26 @@ absl::Status JobShard::RestoreCheckpoint(int64_t step) {
   const std::string path = CheckpointPath(checkpoint_dir(),
                                           init_.job_id, step, init_.shard_index);
   ASSIGN_OR_RETURN(CheckpointFile file, ReadCheckpoint(init_.env, path));
+  // The embedding tables' rows ride along, keyed < 0 (one per table).
+  const size_t tables = embeddings_->tables().size();
   if (file.job_id != init_.job_id || file.step != step ||
       file.shard != init_.shard_index ||
-      file.partitions.size() != ids_.size()) {
+      file.partitions.size() != ids_.size() + tables) {
     return absl::DataLossError(absl::StrCat(
         path, " holds job ", file.job_id, " step ", file.step, " shard ",
-        file.shard, " with ", file.partitions.size(), " partitions; expected ",
-        init_.job_id, " step ", step, " shard ", init_.shard_index, " with ",
-        ids_.size()));
+        file.shard, " with ", file.partitions.size(),
+        " partitions and tables; expected ", init_.job_id, " step ", step,
+        " shard ", init_.shard_index, " with ", ids_.size(), " and ", tables));
   }
   // Decode every blob before changing anything: all or nothing.
+  absl::StatusOr<std::vector<SavedRows>> rows =
+      embeddings_->Decode(file.partitions);
+  if (!rows.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", rows.status().message()));
+  }
   std::vector<std::pair<PartitionState*, DecodedPartition>> decoded;
   for (const auto& [id, blob] : file.partitions) {
+    if (id < 0) continue;  // a table's
     PartitionState* p = Find(id);
     if (p == nullptr)
       return absl::DataLossError(
@@ -212,6 +221,7 @@ absl::Status JobShard::RestoreCheckpoint(int64_t step) {
     absl::MutexLock lock(&p->mu);
     Install(*p, d, *aggregator_);
   }
+  embeddings_->Restore(*rows);
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(step);
   return absl::OkStatus();
 }

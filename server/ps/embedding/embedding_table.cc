@@ -141,6 +141,40 @@ RowStore::Stats EmbeddingTable::stats() const {
   return sum;
 }
 
+int EmbeddingTable::record_floats() const {
+  absl::ReaderMutexLock lock(&stripes_[0]->mu);
+  return stripes_[0]->store.record_floats();
+}
+
+void EmbeddingTable::ForEachRecord(
+    const std::function<void(uint64_t, uint32_t, const float*)>& fn) const {
+  for (const auto& stripe : stripes_) {
+    absl::ReaderMutexLock lock(&stripe->mu);
+    stripe->store.ForEachRecord(fn);
+  }
+}
+
+void EmbeddingTable::Clear() {
+  for (auto& stripe : stripes_) {
+    absl::MutexLock lock(&stripe->mu);
+    stripe->store.Clear();
+  }
+}
+
+void EmbeddingTable::Restore(const std::vector<uint64_t>& ids,
+                             const std::vector<uint32_t>& freq,
+                             const std::vector<float>& records) {
+  Clear();
+  const int64_t now = Now();
+  const size_t record = record_floats();
+  // Oldest first, so that each stripe's most recent ends at its front.
+  for (size_t k = ids.size(); k-- > 0;) {
+    Stripe& stripe = *stripes_[StripeOf(ids[k])];
+    absl::MutexLock lock(&stripe.mu);
+    stripe.store.Insert(ids[k], records.data() + k * record, freq[k], now);
+  }
+}
+
 void EmbeddingTable::ForEachRow(
     const std::function<void(uint64_t, const float*, const float*)>& fn)
     const {

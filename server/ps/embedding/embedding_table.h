@@ -59,6 +59,21 @@ class EmbeddingTable {
   // Summed over the stripes.
   RowStore::Stats stats() const;
 
+  int record_floats() const;
+  // Every resident row with its frequency and record (values, then state),
+  // stripe by stripe under each stripe's lock, most recent first within one.
+  void ForEachRecord(
+      const std::function<void(uint64_t, uint32_t, const float*)>& fn) const;
+  // Replaces every row with `ids` (records ids.size() x record_floats(),
+  // most recent first, as ForEachRecord gave them). REQUIRES: no push runs
+  // concurrently with the same rows in mind (JobShard restores while
+  // adopting a generation: older pushes are refused).
+  void Restore(const std::vector<uint64_t>& ids,
+               const std::vector<uint32_t>& freq,
+               const std::vector<float>& records);
+  // Forgets every row (the initial values again).
+  void Clear();
+
   // Calls fn(id, values, state) for every resident row (stripe by stripe,
   // each under its lock: not a cut across stripes while pushes run).
   void ForEachRow(

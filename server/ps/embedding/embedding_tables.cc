@@ -34,6 +34,48 @@ EmbeddingTables::EmbeddingTables(const v1::JobSpec& spec, int shard,
   }
 }
 
+std::vector<std::pair<int32_t, std::string>> EmbeddingTables::Save() const {
+  std::vector<std::pair<int32_t, std::string>> out;
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    out.emplace_back(-1 - static_cast<int32_t>(i), SaveTable(*tables_[i]));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<SavedRows>> EmbeddingTables::Decode(
+    const std::vector<std::pair<int32_t, std::string>>& blobs) const {
+  std::vector<SavedRows> out(tables_.size());
+  std::vector<bool> seen(tables_.size(), false);
+  for (const auto& [key, blob] : blobs) {
+    if (key >= 0) continue;  // a dense partition's
+    const int64_t i = -1 - static_cast<int64_t>(key);
+    if (i >= static_cast<int64_t>(tables_.size()) || seen[i]) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint holds table key ", key, " (the job has ",
+                       tables_.size(), " tables, each once)"));
+    }
+    ASSIGN_OR_RETURN(out[i], DecodeTable(blob, *tables_[i]));
+    seen[i] = true;
+  }
+  for (size_t i = 0; i < tables_.size(); ++i) {
+    if (!seen[i]) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint has no rows of table '", tables_[i]->name(), "'"));
+    }
+  }
+  return out;
+}
+
+void EmbeddingTables::Restore(const std::vector<SavedRows>& saved) {
+  for (size_t i = 0; i < tables_.size() && i < saved.size(); ++i) {
+    tables_[i]->Restore(saved[i].ids, saved[i].freq, saved[i].records);
+  }
+}
+
+void EmbeddingTables::Clear() {
+  for (auto& t : tables_) t->Clear();
+}
+
 void EmbeddingTables::ResetClocks(int members, int64_t clock,
                                   int64_t generation) {
   for (auto& c : clocks_) {

@@ -29,6 +29,7 @@
 #include "fulcrum/v1/job.pb.h"
 #include "server/ps/clocks.h"
 #include "server/ps/embedding/embedding_table.h"
+#include "server/ps/embedding/table_format.h"
 
 namespace fulcrum {
 
@@ -91,6 +92,20 @@ class EmbeddingTables {
   // `member` is the worker's index in push.generation (its clock), or -1.
   absl::StatusOr<RowsPushed> Push(const std::string& worker,
                                   const RowsPush& push, int member = -1);
+
+  // Checkpoints: every table's rows as a blob (table_format.h), keyed
+  // -1 - table index, so that they share a checkpoint file with the dense
+  // partitions (ids >= 0).
+  std::vector<std::pair<int32_t, std::string>> Save() const;
+  // The tables' blobs among a checkpoint's (keys < 0): one for every table,
+  // each decoded and checked. DATA_LOSS or INVALID_ARGUMENT; changes
+  // nothing.
+  absl::StatusOr<std::vector<SavedRows>> Decode(
+      const std::vector<std::pair<int32_t, std::string>>& blobs) const;
+  // Replaces every table's rows with Decode's result.
+  void Restore(const std::vector<SavedRows>& saved);
+  // Every table back to its initial values (a restore of step 0).
+  void Clear();
 
   // A new generation of `members`, every clock at `clock` (JobShard::Align);
   // waits of older generations end with ABORTED.

@@ -263,5 +263,43 @@ TEST(EmbeddingTablesTest, StalenessBoundsReads) {
   EXPECT_TRUE(unbounded.Pull("user", ids, &out, far).ok());
 }
 
+// Save and Decode: every row with its optimizer state back in another
+// table of the same spec; a blob of another table or shape, or a missing
+// table, is refused.
+TEST(EmbeddingTablesTest, SavedRowsRestoreIntoATableOfTheSameSpec) {
+  FaultInjectionEnv env;
+  EmbeddingTables a(Spec(), 0, 2, &env);
+  const std::vector<uint64_t> ids = IdsOf(0, 50);
+  ASSERT_TRUE(a.Push("w", Push(ids, 0.5f, 0).rows).ok());
+  ASSERT_TRUE(a.Push("w", Push({ids[3]}, 0.5f, 1).rows).ok());
+  const auto blobs = a.Save();
+  ASSERT_EQ(blobs.size(), 1u);
+  EXPECT_EQ(blobs[0].first, -1);
+  EmbeddingTables b(Spec(), 0, 2, &env);
+  auto rows = b.Decode(blobs);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  b.Restore(*rows);
+  std::vector<float> want, got;
+  ASSERT_TRUE(a.Pull("user", ids, &want).ok());
+  ASSERT_TRUE(b.Pull("user", ids, &got).ok());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(b.Find("user")->stats().resident, 50);
+  // The same next step on both: the same rows.
+  ASSERT_TRUE(a.Push("w", Push(ids, 0.25f, 2).rows).ok());
+  ASSERT_TRUE(b.Push("w", Push(ids, 0.25f, 2).rows).ok());
+  ASSERT_TRUE(a.Pull("user", ids, &want).ok());
+  ASSERT_TRUE(b.Pull("user", ids, &got).ok());
+  EXPECT_EQ(got, want);
+
+  v1::JobSpec wider = Spec();
+  wider.mutable_embeddings(0)->set_dim(8);
+  EmbeddingTables other(wider, 0, 2, &env);
+  EXPECT_EQ(other.Decode(blobs).status().code(), absl::StatusCode::kInvalidArgument);
+  auto cut = blobs;
+  cut[0].second.resize(cut[0].second.size() - 1);
+  EXPECT_EQ(b.Decode(cut).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(b.Decode({}).status().code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -173,6 +173,43 @@ RowStore::Stats RowStore::stats() const {
   return s;
 }
 
+void RowStore::Clear() {
+  rows_.clear();
+  meta_.clear();
+  slots_ = 0;
+  free_.clear();
+  free_.shrink_to_fit();
+  index_ = RowIndex<KeyOf>(KeyOf{this});
+  head_ = tail_ = kNone;
+  freq_added_ = 0;
+  stats_.resident = 0;
+}
+
+void RowStore::Insert(uint64_t id, const float* record, uint32_t freq,
+                      int64_t now) {
+  uint32_t slot = index_.Find(id);
+  if (slot == kNone) {
+    slot = TakeSlot();
+    meta(slot).id = id;
+    index_.Insert(id, slot);
+    LinkFront(slot);
+    ++stats_.resident;
+  } else if (head_ != slot) {
+    Unlink(slot);
+    LinkFront(slot);
+  }
+  meta(slot).touch = static_cast<int32_t>(now);
+  meta(slot).freq = freq;
+  std::memcpy(row(slot), record, sizeof(float) * stride_);
+}
+
+void RowStore::ForEachRecord(
+    const std::function<void(uint64_t, uint32_t, const float*)>& fn) const {
+  for (uint32_t s = head_; s != kNone; s = meta(s).next) {
+    fn(meta(s).id, meta(s).freq, row(s));
+  }
+}
+
 void RowStore::ForEachRow(
     const std::function<void(uint64_t, const float*, const float*)>& fn)
     const {

@@ -79,6 +79,17 @@ class RowStore {
   };
   Stats stats() const;
 
+  // Restoring a checkpoint: forgets every row (the totals in stats() stay:
+  // they only grow), then Insert puts saved rows back, oldest first (the
+  // last inserted is the most recent). Insert replaces a resident row.
+  void Clear();
+  void Insert(uint64_t id, const float* record, uint32_t freq, int64_t now);
+  // Calls fn(id, frequency, record) for each resident row, most recent
+  // first (record: dim values, then the optimizer state).
+  void ForEachRecord(
+      const std::function<void(uint64_t, uint32_t, const float*)>& fn) const;
+  int record_floats() const { return stride_; }
+
   // Calls fn(id, values, state) for each resident row, most recent first.
   void ForEachRow(
       const std::function<void(uint64_t, const float*, const float*)>& fn)
