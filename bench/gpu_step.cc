@@ -2,9 +2,15 @@
 // backend: Fulcrum's CUDA backend (or the CPU one), for comparison with the
 // same model in PyTorch on the same device (bench/torch_gpu_step.py). Prints
 // one line per model: "model LAYERS device D batch B ms_per_step X".
+// Then the recommender model of issue 14 (worker/model/embedding_mlp.h: 26
+// fields of dim 16 over Zipf ids, 13 dense features, bottom 64-16, top
+// 128-64-1) at batch 2048, its step including the host's bag index and the
+// index upload: "model embedding_mlp ... ms_per_step X".
 //
 //   gpu_step [--device cuda:0|cpu] [--batch 64] [--steps 200] [--tf32]
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -15,6 +21,8 @@
 
 #include "common/tensor/layout.h"
 #include "worker/backend/cpu_backend.h"
+#include "worker/model/bag_index.h"
+#include "worker/model/embedding_mlp.h"
 #include "worker/model/mlp.h"
 #ifdef FULCRUM_HAVE_CUDA
 #include "worker/backend/cuda_backend.h"
@@ -57,6 +65,82 @@ double StepMs(fulcrum::Backend* backend, const std::vector<int>& layers,
   backend->Free(p);
   backend->Free(g);
   backend->Free(xd);
+  return ms;
+}
+
+double EmbeddingStepMs(fulcrum::Backend* backend, int batch, int steps) {
+  const fulcrum::EmbeddingMlpShape shape{.fields = 26, .dense = 13, .dim = 16,
+                                         .bottom = {64, 16},
+                                         .top = {128, 64}};
+  auto layout = fulcrum::ParameterLayout::ForTensors(
+      *fulcrum::EmbeddingMlpTensors(shape), 1, 1 << 30);
+  if (!layout.ok()) return -1;
+  const int64_t total = layout->total_size();
+  std::vector<float> params(total);
+  fulcrum::InitializeParameters(*layout, 1, 0, total, params.data());
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const int bags = batch * shape.fields;
+  // Eight batches of ids, used in turn.
+  std::vector<std::vector<uint64_t>> ids(8);
+  for (auto& b : ids) {
+    for (int j = 0; j < bags; ++j)
+      b.push_back((uint64_t(j % shape.fields) << 32) |
+                  uint64_t(std::pow(1e6, u(rng))));
+  }
+  std::vector<int32_t> offsets(bags + 1);
+  for (int j = 0; j <= bags; ++j) offsets[j] = j;
+  std::vector<float> dense(int64_t{batch} * shape.dense), labels(batch);
+  for (float& v : dense) v = static_cast<float>(3 * u(rng));
+  for (float& v : labels) v = u(rng) < 0.25 ? 1.0f : 0.0f;
+  float* p = backend->Allocate(total);
+  float* g = backend->Allocate(total);
+  float* xd = backend->Allocate(static_cast<int64_t>(dense.size()));
+  float* rows = backend->Allocate(int64_t{bags} * shape.dim);
+  float* row_grads = backend->Allocate(int64_t{bags} * shape.dim);
+  int32_t* index[4];
+  for (int32_t*& i : index) i = backend->AllocateIndices(bags + 1);
+  backend->CopyToDevice(params.data(), p, total);
+  backend->CopyToDevice(dense.data(), xd, static_cast<int64_t>(dense.size()));
+  std::vector<float> values(int64_t{bags} * shape.dim, 0.01f);
+  backend->CopyToDevice(values.data(), rows, static_cast<int64_t>(values.size()));
+  auto model = fulcrum::EmbeddingMlp::Create(backend, *layout, shape, batch);
+  if (!model.ok() || !backend->status().ok()) return -1;
+  fulcrum::BagIndexer indexer;
+  fulcrum::BagIndex x;
+  auto run = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      if (!indexer.Build(ids[i % ids.size()], offsets, &x).ok()) return;
+      backend->CopyIndicesToDevice(x.bag_offsets.data(), index[0], bags + 1);
+      backend->CopyIndicesToDevice(x.bag_rows.data(), index[1], bags);
+      backend->CopyIndicesToDevice(x.row_offsets.data(), index[2],
+                                   x.rows() + 1);
+      backend->CopyIndicesToDevice(x.row_bags.data(), index[3], bags);
+      fulcrum::EmbeddingMlp::Batch b;
+      b.size = batch;
+      b.dense = xd;
+      b.labels = labels.data();
+      b.rows = x.rows();
+      b.row_values = rows;
+      b.bag_offsets = index[0];
+      b.bag_rows = index[1];
+      b.row_offsets = index[2];
+      b.row_bags = index[3];
+      (*model)->ForwardBackward(p, b, g, row_grads, [](int64_t) {});
+    }
+    backend->Synchronize();
+  };
+  run(10);
+  const auto start = std::chrono::steady_clock::now();
+  run(steps);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                start)
+          .count() /
+      steps;
+  model->reset();
+  for (float* f : {p, g, xd, rows, row_grads}) backend->Free(f);
+  for (int32_t* i : index) backend->FreeIndices(i);
   return ms;
 }
 
@@ -105,5 +189,11 @@ int main(int argc, char** argv) {
                 backend->Name().c_str(), batch,
                 StepMs(backend.get(), layers, batch, steps));
   }
+  const int emb_batch = 2048;
+  std::printf("model embedding_mlp-26x16-64-16-128-64-1 device %s batch %d "
+              "ms_per_step %.4f\n",
+              backend->Name().c_str(), emb_batch,
+              EmbeddingStepMs(backend.get(), emb_batch,
+                              std::max(5, steps / 4)));
   return 0;
 }

@@ -138,7 +138,7 @@ train() {  # device max_steps target; sets JSON
   cluster "$1"
   local id
   id=$(run fulcrumctl --coordinator="$COORD" submit "$(job "job-${1/:/}" "$2" "$3")" | head -1)
-  timeout 600 "$D/lib/ld-linux-x86-64.so.2" --library-path "$D/lib" "$D/bin/fulcrumctl" \
+  timeout 240 "$D/lib/ld-linux-x86-64.so.2" --library-path "$D/lib" "$D/bin/fulcrumctl" \
     --coordinator="$COORD" status "$id" --watch >"$work/watch-${1/:/}.log" 2>&1
   run fulcrumctl --coordinator="$COORD" status "$id" --json >"$JSON" 2>/dev/null
   cleanup; pids=()

@@ -81,6 +81,33 @@ class Backend {
   // Number of rows whose arg-max equals the label. `labels` is host memory.
   virtual int64_t CountCorrect(int rows, int cols, const float* logits,
                                const int32_t* labels) = 0;
+
+  // ---- Embedding bags (worker/model/embedding_mlp.h) ----
+  // Index memory: n int32 in this backend's space, with Allocate's contract
+  // (null and a sticky RESOURCE_EXHAUSTED when it cannot be had).
+  virtual int32_t* AllocateIndices(int64_t n) = 0;
+  virtual void FreeIndices(int32_t* p) = 0;
+  // Ordered with compute, like CopyToDevice.
+  virtual void CopyIndicesToDevice(const int32_t* host, int32_t* device,
+                                   int64_t n) = 0;
+  // Segmented gather-sum over rows of `dim` floats: for s < segments,
+  //   out[s][:] = sum over j in [offsets[s], offsets[s+1]) of src[index[j]][:]
+  // added in j order (an empty segment writes zeros). offsets (segments + 1
+  // entries) and index (offsets[segments]) are index memory. It is the
+  // embedding bag's forward (segments = bags, src = the pulled rows) and its
+  // backward (segments = distinct rows, index = the bags each row is in,
+  // src = the bags' gradients): a scatter-add done as a gather, without
+  // atomics, so that every run and every backend sums in the same order.
+  virtual void SegmentSum(int segments, int dim, const int32_t* offsets,
+                          const int32_t* index, const float* src,
+                          float* out) = 0;
+  // Binary logistic loss over n logits: returns the summed
+  // log(1 + e^z) - y z (computed stably, double accumulation) and writes
+  // dlogits = (sigmoid(z) - y) * scale when dlogits is non-null. `labels`
+  // (0 or 1) is host memory.
+  virtual double SigmoidCrossEntropy(int n, const float* logits,
+                                     const float* labels, float scale,
+                                     float* dlogits) = 0;
 };
 
 }  // namespace fulcrum

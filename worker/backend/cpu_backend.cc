@@ -94,4 +94,46 @@ int64_t CpuBackend::CountCorrect(int rows, int cols, const float* logits,
   return correct;
 }
 
+int32_t* CpuBackend::AllocateIndices(int64_t n) {
+  // Same size and alignment as floats.
+  return reinterpret_cast<int32_t*>(Allocate(n));
+}
+
+void CpuBackend::FreeIndices(int32_t* p) { std::free(p); }
+
+void CpuBackend::CopyIndicesToDevice(const int32_t* host, int32_t* device,
+                                     int64_t n) {
+  if (host != device) std::memcpy(device, host, n * sizeof(int32_t));
+}
+
+void CpuBackend::SegmentSum(int segments, int dim, const int32_t* offsets,
+                            const int32_t* index, const float* src,
+                            float* out) {
+  for (int s = 0; s < segments; ++s) {
+    float* o = out + static_cast<int64_t>(s) * dim;
+    std::fill(o, o + dim, 0.0f);
+    for (int32_t j = offsets[s]; j < offsets[s + 1]; ++j) {
+      const float* row = src + static_cast<int64_t>(index[j]) * dim;
+      for (int d = 0; d < dim; ++d) o[d] += row[d];
+    }
+  }
+}
+
+double CpuBackend::SigmoidCrossEntropy(int n, const float* logits,
+                                       const float* labels, float scale,
+                                       float* dlogits) {
+  double loss = 0.0;
+  for (int i = 0; i < n; ++i) {
+    const double z = logits[i], y = labels[i];
+    // log(1 + e^z) - y z = max(z, 0) - y z + log(1 + e^-|z|)
+    loss += std::max(z, 0.0) - y * z + std::log1p(std::exp(-std::fabs(z)));
+    if (dlogits != nullptr) {
+      const double p = z >= 0 ? 1.0 / (1.0 + std::exp(-z))
+                              : std::exp(z) / (1.0 + std::exp(z));
+      dlogits[i] = static_cast<float>((p - y) * scale);
+    }
+  }
+  return loss;
+}
+
 }  // namespace fulcrum

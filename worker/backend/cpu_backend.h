@@ -30,6 +30,15 @@ class CpuBackend final : public Backend {
                              float* dlogits) override;
   int64_t CountCorrect(int rows, int cols, const float* logits,
                        const int32_t* labels) override;
+  int32_t* AllocateIndices(int64_t n) override;
+  void FreeIndices(int32_t* p) override;
+  void CopyIndicesToDevice(const int32_t* host, int32_t* device,
+                           int64_t n) override;
+  void SegmentSum(int segments, int dim, const int32_t* offsets,
+                  const int32_t* index, const float* src,
+                  float* out) override;
+  double SigmoidCrossEntropy(int n, const float* logits, const float* labels,
+                             float scale, float* dlogits) override;
 };
 
 }  // namespace fulcrum

@@ -57,5 +57,32 @@ TEST(CpuBackendTest, SoftmaxCrossEntropy) {
   EXPECT_EQ(b.CountCorrect(2, 2, logits.data(), labels.data()), 1);
 }
 
+TEST(CpuBackendTest, SegmentSumGathersAndAddsInOrder) {
+  CpuBackend b;
+  const std::vector<float> src = {1, 2, 10, 20, 100, 200};  // 3 rows, dim 2
+  // Segments: {0, 2} {} {1, 1, 1}
+  const std::vector<int32_t> offsets = {0, 2, 2, 5};
+  const std::vector<int32_t> index = {0, 2, 1, 1, 1};
+  std::vector<float> out(6, -1.0f);
+  b.SegmentSum(3, 2, offsets.data(), index.data(), src.data(), out.data());
+  EXPECT_EQ(out, (std::vector<float>{101, 202, 0, 0, 30, 60}));
+}
+
+TEST(CpuBackendTest, SigmoidCrossEntropyIsStableAtExtremes) {
+  CpuBackend b;
+  const std::vector<float> z = {0, 100, -100, 2};
+  const std::vector<float> y = {1, 1, 1, 0};
+  std::vector<float> d(4);
+  const double loss = b.SigmoidCrossEntropy(4, z.data(), y.data(), 0.5f,
+                                            d.data());
+  // log 2 + ~0 + 100 (a confident miss) + log(1 + e^2)
+  EXPECT_NEAR(loss, std::log(2.0) + 100.0 + std::log1p(std::exp(2.0)), 1e-9);
+  EXPECT_NEAR(d[0], -0.25f, 1e-7);  // (0.5 - 1) * 0.5
+  EXPECT_NEAR(d[1], 0.0f, 1e-7);
+  EXPECT_NEAR(d[2], -0.5f, 1e-7);
+  EXPECT_NEAR(d[3], 0.5f / (1.0f + std::exp(-2.0f)), 1e-7);
+  EXPECT_EQ(b.SigmoidCrossEntropy(4, z.data(), y.data(), 0.0f, nullptr), loss);
+}
+
 }  // namespace
 }  // namespace fulcrum

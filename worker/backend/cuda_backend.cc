@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -99,6 +100,8 @@ struct CudaBackend::Impl {
   int32_t* labels_host = nullptr;
   double* loss_host = nullptr;
   int32_t* correct_host = nullptr;
+  float* targets_dev = nullptr;   // 0/1 labels of the logistic loss
+  float* targets_host = nullptr;
   // Async copies: one event per ticket, reused round-robin.
   std::vector<cudaEvent_t> ready;  // compute reached the copy point
   std::vector<cudaEvent_t> done;   // the copy finished
@@ -135,8 +138,11 @@ struct CudaBackend::Impl {
     cudaFreeHost(labels_host);
     cudaFreeHost(loss_host);
     cudaFreeHost(correct_host);
+    cudaFree(targets_dev);
+    cudaFreeHost(targets_host);
     labels_dev = correct_dev = labels_host = correct_host = nullptr;
     loss_dev = loss_host = nullptr;
+    targets_dev = targets_host = nullptr;
     rows_capacity = 0;
     const char* what = "softmax scratch";
     CUDA_RETURN_IF_ERROR(cudaMalloc(&labels_dev, rows * sizeof(int32_t)), what);
@@ -148,6 +154,9 @@ struct CudaBackend::Impl {
                          what);
     CUDA_RETURN_IF_ERROR(
         cudaMallocHost(&correct_host, rows * sizeof(int32_t)), what);
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&targets_dev, rows * sizeof(float)), what);
+    CUDA_RETURN_IF_ERROR(cudaMallocHost(&targets_host, rows * sizeof(float)),
+                         what);
     rows_capacity = rows;
     return absl::OkStatus();
   }
@@ -170,6 +179,26 @@ struct CudaBackend::Impl {
         what);
     CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(correct_host, correct_dev, rows * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, compute),
+        what);
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute), what);
+    return absl::OkStatus();
+  }
+  // The logistic loss of n logits into loss_host (dlogits too when not
+  // null).
+  absl::Status Sigmoid(int n, const float* logits, const float* labels,
+                       float scale, float* dlogits) {
+    const char* what = "sigmoid cross-entropy";
+    std::copy(labels, labels + n, targets_host);
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(targets_dev, targets_host, n * sizeof(float),
+                        cudaMemcpyHostToDevice, compute),
+        what);
+    cuda::SigmoidCrossEntropy(n, logits, targets_dev, scale, dlogits,
+                              loss_dev, compute);
+    CUDA_RETURN_IF_ERROR(cudaGetLastError(), what);
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(loss_host, loss_dev, n * sizeof(double),
                         cudaMemcpyDeviceToHost, compute),
         what);
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute), what);
@@ -235,6 +264,8 @@ CudaBackend::~CudaBackend() {
   cudaFreeHost(impl_->labels_host);
   cudaFreeHost(impl_->loss_host);
   cudaFreeHost(impl_->correct_host);
+  cudaFree(impl_->targets_dev);
+  cudaFreeHost(impl_->targets_host);
   if (impl_->blas != nullptr) LoadCublas().destroy(impl_->blas);
   cudaStreamDestroy(impl_->compute);
   cudaStreamDestroy(impl_->copy);
@@ -396,6 +427,46 @@ int64_t CudaBackend::CountCorrect(int rows, int cols, const float* logits,
   int64_t correct = 0;
   for (int r = 0; r < rows; ++r) correct += impl_->correct_host[r];
   return correct;
+}
+
+int32_t* CudaBackend::AllocateIndices(int64_t n) {
+  void* p = nullptr;
+  const cudaError_t e =
+      cudaMalloc(&p, std::max<int64_t>(n, 1) * sizeof(int32_t));
+  if (e != cudaSuccess) {
+    if (status_.ok()) {
+      status_ = absl::ResourceExhaustedError(absl::StrCat(
+          name_, ": cannot allocate ", n, " indices: ", CudaError(e)));
+    }
+    return nullptr;
+  }
+  return static_cast<int32_t*>(p);
+}
+
+void CudaBackend::FreeIndices(int32_t* p) { cudaFree(p); }
+
+void CudaBackend::CopyIndicesToDevice(const int32_t* host, int32_t* device,
+                                      int64_t n) {
+  const cudaError_t e = cudaMemcpyAsync(device, host, n * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, impl_->compute);
+  Check(e == cudaSuccess, "copy of indices to device: " + CudaError(e));
+}
+
+void CudaBackend::SegmentSum(int segments, int dim, const int32_t* offsets,
+                             const int32_t* index, const float* src,
+                             float* out) {
+  cuda::SegmentSum(segments, dim, offsets, index, src, out, impl_->compute);
+}
+
+double CudaBackend::SigmoidCrossEntropy(int n, const float* logits,
+                                        const float* labels, float scale,
+                                        float* dlogits) {
+  absl::Status s = impl_->GrowScratch(n);
+  if (s.ok()) s = impl_->Sigmoid(n, logits, labels, scale, dlogits);
+  if (!Check(s)) return 0.0;
+  double loss = 0.0;
+  for (int i = 0; i < n; ++i) loss += impl_->loss_host[i];
+  return loss;
 }
 
 }  // namespace fulcrum

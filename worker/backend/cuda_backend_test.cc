@@ -10,6 +10,8 @@
 #include "common/tensor/layout.h"
 #include "gtest/gtest.h"
 #include "worker/backend/cpu_backend.h"
+#include "worker/model/bag_index.h"
+#include "worker/model/embedding_mlp.h"
 #include "worker/model/mlp.h"
 
 namespace fulcrum {
@@ -74,14 +76,40 @@ class CudaBackendTest : public ::testing::Test {
     gpu_->CopyToHost(d, host.data(), n);
     return host;
   }
+  int32_t* UpIndices(const std::vector<int32_t>& host) {
+    int32_t* d = gpu_->AllocateIndices(static_cast<int64_t>(host.size()));
+    gpu_->CopyIndicesToDevice(host.data(), d,
+                              static_cast<int64_t>(host.size()));
+    owned_indices_.push_back(d);
+    return d;
+  }
   ~CudaBackendTest() override {
     for (float* p : owned_) gpu_->Free(p);
+    for (int32_t* p : owned_indices_) gpu_->FreeIndices(p);
   }
 
   CpuBackend cpu_;
   std::unique_ptr<CudaBackend> gpu_;
   std::vector<float*> owned_;
+  std::vector<int32_t*> owned_indices_;
 };
+
+// Zipf-like ids (a few hot ones, a long tail), `per_bag` to a bag.
+BagIndex RandomBags(int bags, int per_bag, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<uint64_t> ids;
+  std::vector<int32_t> offsets = {0};
+  for (int b = 0; b < bags; ++b) {
+    for (int j = 0; j < per_bag; ++j)
+      ids.push_back(static_cast<uint64_t>(std::pow(100000.0, u(rng))));
+    offsets.push_back(static_cast<int32_t>(ids.size()));
+  }
+  BagIndexer indexer;
+  BagIndex index;
+  EXPECT_TRUE(indexer.Build(ids, offsets, &index).ok());
+  return index;
+}
 
 // Out of device memory is a status, not an abort: null and a sticky
 // RESOURCE_EXHAUSTED (the H200 has ~141 GB; this asks for 4 PB).
@@ -235,6 +263,105 @@ TEST_F(CudaBackendTest, AWholeTrainingStepMatchesTheCpu) {
       [&ready](int64_t from) { ready.push_back(from); });
   EXPECT_NEAR(gpu_loss, cpu_loss, 1e-4 * std::abs(cpu_loss));
   EXPECT_LE(MaxRelError(Down(grads, total), cpu_grads), 1e-4);
+  ASSERT_FALSE(ready.empty());
+  EXPECT_EQ(ready.back(), 0) << "every gradient reported ready";
+}
+
+// Gather (bags of rows) and scatter-add (rows from bags) against the CPU:
+// the same additions in the same order, so bit for bit equal.
+TEST_F(CudaBackendTest, SegmentSumGathersAndScatterAddsLikeTheCpu) {
+  for (int dim : {1, 8, 16, 33, 128}) {
+    const BagIndex x = RandomBags(4096, 3, dim);
+    const auto rows = Random(int64_t{x.rows()} * dim, 21);
+    std::vector<float> bags_cpu(int64_t{x.bags()} * dim);
+    cpu_.SegmentSum(x.bags(), dim, x.bag_offsets.data(), x.bag_rows.data(),
+                    rows.data(), bags_cpu.data());
+    float* bags = Up(std::vector<float>(bags_cpu.size(), -7.0f));
+    gpu_->SegmentSum(x.bags(), dim, UpIndices(x.bag_offsets),
+                     UpIndices(x.bag_rows), Up(rows), bags);
+    EXPECT_EQ(Down(bags, bags_cpu.size()), bags_cpu) << "gather, dim " << dim;
+
+    const auto dbags = Random(int64_t{x.bags()} * dim, 22);
+    std::vector<float> grads_cpu(rows.size());
+    cpu_.SegmentSum(x.rows(), dim, x.row_offsets.data(), x.row_bags.data(),
+                    dbags.data(), grads_cpu.data());
+    float* grads = Up(std::vector<float>(rows.size(), -7.0f));
+    gpu_->SegmentSum(x.rows(), dim, UpIndices(x.row_offsets),
+                     UpIndices(x.row_bags), Up(dbags), grads);
+    EXPECT_EQ(Down(grads, grads_cpu.size()), grads_cpu)
+        << "scatter-add, dim " << dim;
+  }
+}
+
+TEST_F(CudaBackendTest, SigmoidCrossEntropyMatchesTheCpu) {
+  const int n = 5000;
+  auto z = Random(n, 31, -30.0f, 30.0f);
+  z[0] = 90.0f;  // extremes stay finite
+  z[1] = -90.0f;
+  std::vector<float> y(n);
+  for (int i = 0; i < n; ++i) y[i] = (i * 7919) % 3 == 0 ? 1.0f : 0.0f;
+  std::vector<float> d_cpu(n);
+  const double want = cpu_.SigmoidCrossEntropy(n, z.data(), y.data(),
+                                               1.0f / n, d_cpu.data());
+  float* d = Up(std::vector<float>(n, 0.0f));
+  const double got =
+      gpu_->SigmoidCrossEntropy(n, Up(z), y.data(), 1.0f / n, d);
+  EXPECT_NEAR(got, want, 1e-9 * want);
+  EXPECT_LE(MaxRelError(Down(d, n), d_cpu), 1e-6);
+}
+
+// The recommender model's whole step (issue 14) against the CPU: bags,
+// bottom and top MLPs, logistic loss, dense and row gradients.
+TEST_F(CudaBackendTest, AnEmbeddingMlpStepMatchesTheCpu) {
+  const EmbeddingMlpShape shape{.fields = 26, .dense = 13, .dim = 16,
+                                .bottom = {64, 16}, .top = {128, 64}};
+  auto tensors = EmbeddingMlpTensors(shape);
+  ASSERT_TRUE(tensors.ok());
+  auto layout = ParameterLayout::ForTensors(*tensors, 2, 1 << 20);
+  ASSERT_TRUE(layout.ok());
+  const int64_t total = layout->total_size();
+  std::vector<float> params(total);
+  InitializeParameters(*layout, 1, 0, total, params.data());
+  const int batch = 512;
+  const BagIndex x = RandomBags(batch * shape.fields, 1, 41);
+  const auto rows = Random(int64_t{x.rows()} * shape.dim, 42, -0.1f, 0.1f);
+  const auto dense = Random(int64_t{batch} * shape.dense, 43, 0.0f, 3.0f);
+  std::vector<float> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = i % 4 == 0 ? 1.0f : 0.0f;
+
+  EmbeddingMlp::Batch b;
+  b.size = batch;
+  b.labels = labels.data();
+  b.rows = x.rows();
+  b.dense = dense.data();
+  b.row_values = rows.data();
+  b.bag_offsets = x.bag_offsets.data();
+  b.bag_rows = x.bag_rows.data();
+  b.row_offsets = x.row_offsets.data();
+  b.row_bags = x.row_bags.data();
+  auto on_cpu = EmbeddingMlp::Create(&cpu_, *layout, shape, batch);
+  ASSERT_TRUE(on_cpu.ok());
+  std::vector<float> grads_cpu(total), row_grads_cpu(rows.size());
+  const double loss_cpu = (*on_cpu)->ForwardBackward(
+      params.data(), b, grads_cpu.data(), row_grads_cpu.data(), nullptr);
+
+  auto on_gpu = EmbeddingMlp::Create(gpu_.get(), *layout, shape, batch);
+  ASSERT_TRUE(on_gpu.ok());
+  b.dense = Up(dense);
+  b.row_values = Up(rows);
+  b.bag_offsets = UpIndices(x.bag_offsets);
+  b.bag_rows = UpIndices(x.bag_rows);
+  b.row_offsets = UpIndices(x.row_offsets);
+  b.row_bags = UpIndices(x.row_bags);
+  float* grads = Up(std::vector<float>(total, 0.0f));
+  float* row_grads = Up(std::vector<float>(rows.size(), 0.0f));
+  std::vector<int64_t> ready;
+  const double loss_gpu = (*on_gpu)->ForwardBackward(
+      Up(params), b, grads, row_grads,
+      [&ready](int64_t from) { ready.push_back(from); });
+  EXPECT_NEAR(loss_gpu, loss_cpu, 1e-5 * loss_cpu);
+  EXPECT_LE(MaxRelError(Down(grads, total), grads_cpu), 1e-4);
+  EXPECT_LE(MaxRelError(Down(row_grads, rows.size()), row_grads_cpu), 1e-4);
   ASSERT_FALSE(ready.empty());
   EXPECT_EQ(ready.back(), 0) << "every gradient reported ready";
 }

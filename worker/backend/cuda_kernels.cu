@@ -105,7 +105,56 @@ __global__ void SoftmaxCrossEntropyKernel(int rows, int cols,
   }
 }
 
+// One thread per output element (segment, column), grid-striding:
+// neighbouring threads read neighbouring columns of the same source row.
+__global__ void SegmentSumKernel(int segments, int dim, const int32_t* offsets,
+                                 const int32_t* index, const float* src,
+                                 float* out) {
+  const int64_t n = static_cast<int64_t>(segments) * dim;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t s = i / dim;
+    const int d = static_cast<int>(i - s * dim);
+    float sum = 0.0f;
+    for (int32_t j = offsets[s]; j < offsets[s + 1]; ++j)
+      sum += src[static_cast<int64_t>(index[j]) * dim + d];
+    out[i] = sum;
+  }
+}
+
+__global__ void SigmoidCrossEntropyKernel(int n, const float* logits,
+                                          const float* labels, float scale,
+                                          float* dlogits, double* loss) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const double z = logits[i], y = labels[i];
+    loss[i] = fmax(z, 0.0) - y * z + log1p(exp(-fabs(z)));
+    if (dlogits != nullptr) {
+      const double p =
+          z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
+      dlogits[i] = static_cast<float>((p - y) * scale);
+    }
+  }
+}
+
 }  // namespace
+
+void SegmentSum(int segments, int dim, const int32_t* offsets,
+                const int32_t* index, const float* src, float* out,
+                void* stream) {
+  const int64_t n = static_cast<int64_t>(segments) * dim;
+  if (n == 0) return;
+  SegmentSumKernel<<<Blocks(n), kThreads, 0, S(stream)>>>(
+      segments, dim, offsets, index, src, out);
+}
+
+void SigmoidCrossEntropy(int n, const float* logits, const float* labels,
+                         float scale, float* dlogits, double* loss,
+                         void* stream) {
+  if (n == 0) return;
+  SigmoidCrossEntropyKernel<<<Blocks(n), kThreads, 0, S(stream)>>>(
+      n, logits, labels, scale, dlogits, loss);
+}
 
 void AddBias(int rows, int cols, const float* bias, float* x, void* stream) {
   const int64_t n = static_cast<int64_t>(rows) * cols;

@@ -24,6 +24,17 @@ void SoftmaxCrossEntropy(int rows, int cols, const float* logits,
                          const int32_t* labels, float scale, float* dlogits,
                          double* loss, int32_t* correct, void* stream);
 
+// out[s][:] = sum over j in [offsets[s], offsets[s+1]) of src[index[j]][:],
+// rows of `dim` floats, added in j order (Backend::SegmentSum).
+void SegmentSum(int segments, int dim, const int32_t* offsets,
+                const int32_t* index, const float* src, float* out,
+                void* stream);
+// loss[i] = log(1 + e^z_i) - y_i z_i (double); dlogits[i] =
+// (sigmoid(z_i) - y_i) * scale unless dlogits is null.
+void SigmoidCrossEntropy(int n, const float* logits, const float* labels,
+                         float scale, float* dlogits, double* loss,
+                         void* stream);
+
 }  // namespace fulcrum::cuda
 
 #endif  // FULCRUM_WORKER_BACKEND_CUDA_KERNELS_H_

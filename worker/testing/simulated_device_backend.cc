@@ -158,4 +158,42 @@ int64_t SimulatedDeviceBackend::CountCorrect(int rows, int cols,
   return cpu_.CountCorrect(rows, cols, logits, labels);
 }
 
+int32_t* SimulatedDeviceBackend::AllocateIndices(int64_t n) {
+  auto owned = std::make_unique<int32_t[]>(std::max<int64_t>(n, 1));
+  std::fill(owned.get(), owned.get() + std::max<int64_t>(n, 1), -1);
+  int32_t* p = owned.get();
+  index_memory_[p] = std::move(owned);
+  return p;
+}
+
+void SimulatedDeviceBackend::FreeIndices(int32_t* p) {
+  index_memory_.erase(p);
+}
+
+void SimulatedDeviceBackend::CopyIndicesToDevice(const int32_t* host,
+                                                 int32_t* device, int64_t n) {
+  std::memcpy(device, host, n * sizeof(int32_t));
+}
+
+void SimulatedDeviceBackend::SegmentSum(int segments, int dim,
+                                        const int32_t* offsets,
+                                        const int32_t* index, const float* src,
+                                        float* out) {
+  int64_t rows = 0;  // the extent of src this call reads
+  for (int32_t j = 0; j < offsets[segments]; ++j)
+    rows = std::max<int64_t>(rows, int64_t{index[j]} + 1);
+  Reads(src, rows * dim, "SegmentSum");
+  Writes(out, int64_t{segments} * dim, "SegmentSum");
+  cpu_.SegmentSum(segments, dim, offsets, index, src, out);
+}
+
+double SimulatedDeviceBackend::SigmoidCrossEntropy(int n, const float* logits,
+                                                   const float* labels,
+                                                   float scale,
+                                                   float* dlogits) {
+  Reads(logits, n, "SigmoidCrossEntropy");
+  if (dlogits != nullptr) Writes(dlogits, n, "SigmoidCrossEntropy");
+  return cpu_.SigmoidCrossEntropy(n, logits, labels, scale, dlogits);
+}
+
 }  // namespace fulcrum

@@ -56,6 +56,15 @@ class SimulatedDeviceBackend final : public Backend {
                              float* dlogits) override;
   int64_t CountCorrect(int rows, int cols, const float* logits,
                        const int32_t* labels) override;
+  int32_t* AllocateIndices(int64_t n) override;
+  void FreeIndices(int32_t* p) override;
+  void CopyIndicesToDevice(const int32_t* host, int32_t* device,
+                           int64_t n) override;
+  void SegmentSum(int segments, int dim, const int32_t* offsets,
+                  const int32_t* index, const float* src,
+                  float* out) override;
+  double SigmoidCrossEntropy(int n, const float* logits, const float* labels,
+                             float scale, float* dlogits) override;
 
   // Copies issued so far, by direction (tests assert the path was taken).
   int64_t async_to_host() const { return async_to_host_; }
@@ -81,6 +90,7 @@ class SimulatedDeviceBackend final : public Backend {
 
   CpuBackend cpu_;
   std::map<float*, std::unique_ptr<float[]>> memory_;
+  std::map<int32_t*, std::unique_ptr<int32_t[]>> index_memory_;
   std::vector<ToHost> to_host_;
   std::vector<ToDevice> to_device_;
   int next_ticket_ = 0;

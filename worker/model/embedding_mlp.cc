@@ -1,0 +1,208 @@
+#include "worker/model/embedding_mlp.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace fulcrum {
+namespace {
+
+TensorInfo Tensor(std::string name, std::vector<int64_t> shape,
+                  int64_t fan_in = 0) {
+  TensorInfo t;
+  t.name = std::move(name);
+  t.shape = std::move(shape);
+  t.fan_in = fan_in;
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorInfo>> EmbeddingMlpTensors(
+    const EmbeddingMlpShape& s) {
+  if (s.fields < 1) return absl::InvalidArgumentError("fields must be >= 1");
+  if (s.dense < 1) return absl::InvalidArgumentError("dense must be >= 1");
+  if (s.dim < 1) return absl::InvalidArgumentError("dim must be >= 1");
+  for (size_t i = 0; i < s.bottom.size(); ++i) {
+    if (s.bottom[i] < 1)
+      return absl::InvalidArgumentError(absl::StrCat("bottom[", i, "] must be >= 1"));
+  }
+  for (size_t i = 0; i < s.top.size(); ++i) {
+    if (s.top[i] < 1)
+      return absl::InvalidArgumentError(absl::StrCat("top[", i, "] must be >= 1"));
+  }
+  std::vector<TensorInfo> t;
+  int in = s.dense;
+  for (size_t l = 0; l < s.bottom.size(); ++l) {
+    t.push_back(Tensor(absl::StrCat("bottom.", l, ".weight"), {s.bottom[l], in}));
+    t.push_back(Tensor(absl::StrCat("bottom.", l, ".bias"), {s.bottom[l]}, in));
+    in = s.bottom[l];
+  }
+  const int64_t bags = int64_t{s.fields} * s.dim;
+  const int out0 = s.top.empty() ? 1 : s.top[0];
+  t.push_back(Tensor("top.0.embedding_weight", {out0, bags}, bags + in));
+  t.push_back(Tensor("top.0.dense_weight", {out0, in}, bags + in));
+  t.push_back(Tensor("top.0.bias", {out0}, bags + in));
+  for (size_t l = 1; l <= s.top.size(); ++l) {
+    const int out = l < s.top.size() ? s.top[l] : 1;
+    t.push_back(Tensor(absl::StrCat("top.", l, ".weight"), {out, s.top[l - 1]}));
+    t.push_back(Tensor(absl::StrCat("top.", l, ".bias"), {out}, s.top[l - 1]));
+  }
+  return t;
+}
+
+EmbeddingMlp::EmbeddingMlp(Backend* backend, EmbeddingMlpShape shape,
+                           int max_batch)
+    : backend_(backend), shape_(std::move(shape)), max_batch_(max_batch) {}
+
+absl::StatusOr<std::unique_ptr<EmbeddingMlp>> EmbeddingMlp::Create(
+    Backend* backend, const ParameterLayout& layout,
+    const EmbeddingMlpShape& shape, int max_batch) {
+  auto want = EmbeddingMlpTensors(shape);
+  if (!want.ok()) return want.status();
+  const auto& have = layout.tensors();
+  if (have.size() != want->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the layout has ", have.size(), " tensors; an embedding_mlp of this "
+        "shape has ", want->size()));
+  }
+  for (size_t i = 0; i < have.size(); ++i) {
+    if (have[i].name != (*want)[i].name || have[i].shape != (*want)[i].shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layout tensor ", i, " ('", have[i].name,
+          "') is not the embedding_mlp's '", (*want)[i].name, "'"));
+    }
+  }
+  if (max_batch < 1) return absl::InvalidArgumentError("max_batch must be >= 1");
+  std::unique_ptr<EmbeddingMlp> m(new EmbeddingMlp(backend, shape, max_batch));
+  size_t t = 0;
+  const auto alloc = [&](int width) {
+    return backend->Allocate(int64_t{max_batch} * width);
+  };
+  int in = shape.dense;
+  for (int width : shape.bottom) {
+    m->bottom_.push_back({in, width, have[t].offset, have[t + 1].offset,
+                          alloc(width), alloc(width)});
+    t += 2;
+    in = width;
+  }
+  const int bags = shape.fields * shape.dim;
+  const int out0 = shape.top.empty() ? 1 : shape.top[0];
+  m->top_.push_back({bags, out0, have[t].offset, have[t + 2].offset,
+                     alloc(out0), alloc(out0)});
+  m->top0_dense_weight_ = have[t + 1].offset;
+  t += 3;
+  for (size_t l = 1; l <= shape.top.size(); ++l) {
+    const int out = l < shape.top.size() ? shape.top[l] : 1;
+    m->top_.push_back({shape.top[l - 1], out, have[t].offset,
+                       have[t + 1].offset, alloc(out), alloc(out)});
+    t += 2;
+  }
+  m->bags_ = alloc(bags);
+  m->dbags_ = alloc(bags);
+  return m;
+}
+
+EmbeddingMlp::~EmbeddingMlp() {
+  for (auto* layers : {&bottom_, &top_}) {
+    for (Layer& l : *layers) {
+      backend_->Free(l.act);
+      backend_->Free(l.dact);
+    }
+  }
+  backend_->Free(bags_);
+  backend_->Free(dbags_);
+}
+
+const float* EmbeddingMlp::Forward(const float* params, const Batch& b) {
+  const int n = b.size;
+  const float* bottom_out = b.dense;
+  for (Layer& l : bottom_) {
+    // act = in [n x in] * W^T [in x out] + bias, then ReLU
+    backend_->Gemm(false, true, n, l.out, l.in, 1.0f, bottom_out,
+                   params + l.weight, 0.0f, l.act);
+    backend_->AddBias(n, l.out, params + l.bias, l.act);
+    backend_->Relu(static_cast<int64_t>(n) * l.out, l.act);
+    bottom_out = l.act;
+  }
+  const int bottom_width = bottom_.empty() ? shape_.dense : bottom_.back().out;
+  backend_->SegmentSum(n * shape_.fields, shape_.dim, b.bag_offsets,
+                       b.bag_rows, b.row_values, bags_);
+  const float* in = bags_;
+  for (size_t i = 0; i < top_.size(); ++i) {
+    Layer& l = top_[i];
+    backend_->Gemm(false, true, n, l.out, l.in, 1.0f, in, params + l.weight,
+                   0.0f, l.act);
+    if (i == 0) {  // + bottom [n x bottom_width] * W_dense^T
+      backend_->Gemm(false, true, n, l.out, bottom_width, 1.0f, bottom_out,
+                     params + top0_dense_weight_, 1.0f, l.act);
+    }
+    backend_->AddBias(n, l.out, params + l.bias, l.act);
+    if (i + 1 < top_.size())
+      backend_->Relu(static_cast<int64_t>(n) * l.out, l.act);
+    in = l.act;
+  }
+  return top_.back().act;
+}
+
+double EmbeddingMlp::ForwardBackward(const float* params, const Batch& b,
+                                     float* grads, float* row_grads,
+                                     const GradientReady& ready) {
+  const int n = b.size;
+  const float* logits = Forward(params, b);
+  const double loss = backend_->SigmoidCrossEntropy(
+      n, logits, b.labels, 1.0f / n, top_.back().dact);
+  const float* bottom_out = bottom_.empty() ? b.dense : bottom_.back().act;
+  const int bottom_width = bottom_.empty() ? shape_.dense : bottom_.back().out;
+  for (int i = static_cast<int>(top_.size()) - 1; i >= 0; --i) {
+    Layer& l = top_[i];
+    const float* in = i == 0 ? bags_ : top_[i - 1].act;
+    // dW [out x in] = dY^T [out x n] * in [n x in]
+    backend_->Gemm(true, false, l.out, l.in, n, 1.0f, l.dact, in, 0.0f,
+                   grads + l.weight);
+    backend_->BiasGrad(n, l.out, l.dact, grads + l.bias);
+    float* din = i == 0 ? dbags_ : top_[i - 1].dact;
+    // dIn [n x in] = dY [n x out] * W [out x in]
+    backend_->Gemm(false, false, n, l.in, l.out, 1.0f, l.dact,
+                   params + l.weight, 0.0f, din);
+    if (i > 0) {
+      backend_->ReluGrad(static_cast<int64_t>(n) * l.in, in, din);
+    } else {
+      backend_->Gemm(true, false, l.out, bottom_width, n, 1.0f, l.dact,
+                     bottom_out, 0.0f, grads + top0_dense_weight_);
+      if (!bottom_.empty()) {
+        float* dbottom = bottom_.back().dact;
+        backend_->Gemm(false, false, n, bottom_width, l.out, 1.0f, l.dact,
+                       params + top0_dense_weight_, 0.0f, dbottom);
+        backend_->ReluGrad(static_cast<int64_t>(n) * bottom_width,
+                           bottom_out, dbottom);
+      }
+    }
+    if (ready) ready(l.weight);
+  }
+  // The rows' gradients: each row sums the gradients of the bags it is in.
+  backend_->SegmentSum(b.rows, shape_.dim, b.row_offsets, b.row_bags, dbags_,
+                       row_grads);
+  // The bottom: layer i's dact holds the gradient w.r.t. its output.
+  for (int i = static_cast<int>(bottom_.size()) - 1; i >= 0; --i) {
+    Layer& l = bottom_[i];
+    const float* in = i == 0 ? b.dense : bottom_[i - 1].act;
+    backend_->Gemm(true, false, l.out, l.in, n, 1.0f, l.dact, in, 0.0f,
+                   grads + l.weight);
+    backend_->BiasGrad(n, l.out, l.dact, grads + l.bias);
+    if (i > 0) {
+      Layer& below = bottom_[i - 1];
+      backend_->Gemm(false, false, n, l.in, l.out, 1.0f, l.dact,
+                     params + l.weight, 0.0f, below.dact);
+      backend_->ReluGrad(static_cast<int64_t>(n) * l.in, below.act,
+                         below.dact);
+    }
+    if (ready) ready(l.weight);
+  }
+  return loss / n;
+}
+
+void EmbeddingMlp::Predict(const float* params, const Batch& b,
+                           float* logits) {
+  backend_->CopyToHost(Forward(params, b), logits, b.size);
+}
+
+}  // namespace fulcrum
