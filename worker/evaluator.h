@@ -1,4 +1,4 @@
-// Test-set evaluation - one of the Trainer's parts: accuracy and mean loss
+// Test-set evaluation of the mlp (ImageWorkload's): accuracy and mean loss
 // of given parameters on the job's test split, in batches on the worker's
 // backend. Rank 0 evaluates; whoever becomes rank 0 loads the test set then.
 //
@@ -16,13 +16,9 @@
 #include "worker/data/idx.h"
 #include "worker/data/sampler.h"
 #include "worker/model/mlp.h"
+#include "worker/workload.h"
 
 namespace fulcrum {
-
-struct Evaluation {
-  double accuracy = 0;
-  double loss = 0;  // mean over the test set
-};
 
 class Evaluator {
  public:

@@ -1,9 +1,13 @@
 #include "worker/trainer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/config/confined_path.h"
+#include "common/config/model_layout.h"
 #include "common/status/status_macros.h"
 #include "common/tensor/layout.h"
+#include "worker/image_workload.h"
 #include "worker/training_run.h"
 
 namespace fulcrum {
@@ -54,22 +58,28 @@ absl::StatusOr<const LabeledImages*> Trainer::LoadTrain(
 absl::StatusOr<TrainResult> Trainer::Run(const Assignment& assignment,
                                          JobLink* link) {
   const v1::JobSpec& spec = assignment.spec;
-  const std::vector<int> sizes(spec.model().layers().begin(),
-                               spec.model().layers().end());
-  ASSIGN_OR_RETURN(
-      ParameterLayout layout,
-      ParameterLayout::ForMlp(sizes, spec.shards(), spec.partition_bytes()));
+  ASSIGN_OR_RETURN(ParameterLayout layout, LayoutForSpec(spec));
+  TrainingRun::WorkloadFactory make_workload;
+  const int batch = spec.batch_size();
+  const int eval_batch = std::max(batch, options_.eval_batch);
   // Loaded already when this worker prepared to join.
   ASSIGN_OR_RETURN(const LabeledImages* train, LoadTrain(spec));
-  auto load_test = [this, dataset = spec.dataset(), classes = sizes.back()] {
-    return Load(dataset, false, classes);
+  const int classes = spec.model().layers(spec.model().layers_size() - 1);
+  make_workload = [this, spec, train, classes, batch, eval_batch](
+                      const ParameterLayout* layout)
+      -> absl::StatusOr<std::unique_ptr<Workload>> {
+    auto load_test = [this, dataset = spec.dataset(), classes] {
+      return Load(dataset, false, classes);
+    };
+    return ImageWorkload::Create(backend_, layout, train, load_test, batch,
+                                 eval_batch);
   };
   Options options = options_;
   options.worker_id = worker_id_;
   ASSIGN_OR_RETURN(std::unique_ptr<TrainingRun> run,
                    TrainingRun::Create(backend_, channels_, link, options,
-                                       assignment, std::move(layout), train,
-                                       load_test));
+                                       assignment, std::move(layout),
+                                       make_workload));
   return run->Run();
 }
 

@@ -30,26 +30,17 @@ WorkerMetrics::Job MetricsFor(WorkerMetrics* m, const std::string& job_id) {
 
 TrainingRun::TrainingRun(Backend* backend, ChannelFactory* channels,
                          JobLink* link, const Trainer::Options& options,
-                         const Assignment& assignment, ParameterLayout layout,
-                         const LabeledImages* train, TestLoader load_test)
+                         const Assignment& assignment, ParameterLayout layout)
     : backend_(backend),
       options_(options),
       spec_(assignment.spec),
       layout_(std::move(layout)),
-      train_(train),
-      load_test_(std::move(load_test)),
-      pixels_(static_cast<int64_t>(train->images.rows) * train->images.cols),
       total_(layout_.total_size()),
       metrics_(MetricsFor(options.metrics, assignment.job_id)),
       params_(total_),
       grads_(total_),
-      x_(spec_.batch_size() * pixels_),
-      y_(spec_.batch_size()),
       params_dev_(backend, params_.data(), total_),
       grads_dev_(backend, grads_.data(), total_),
-      x_dev_(backend, x_.data(), spec_.batch_size() * pixels_),
-      mlp_(backend, layout_, spec_.batch_size()),
-      gather_(train->images),
       session_(SessionOptions(options, metrics_), assignment, &layout_,
                params_.data(), channels, link),
       pusher_(backend, &layout_, &session_, grads_.data(), grads_dev_.get()),
@@ -61,7 +52,6 @@ TrainingRun::TrainingRun(Backend* backend, ChannelFactory* channels,
   registered_params_ = params_.data();  // Run() moves params_ out
   backend_->RegisterHost(registered_params_, total_);
   backend_->RegisterHost(grads_.data(), total_);
-  source_ = DataSource::ForSpec(spec_, train->images.count, &session_);
 }
 
 TrainingRun::~TrainingRun() {
@@ -73,16 +63,18 @@ TrainingRun::~TrainingRun() {
 absl::StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::Create(
     Backend* backend, ChannelFactory* channels, JobLink* link,
     const Trainer::Options& options, const Assignment& assignment,
-    ParameterLayout layout, const LabeledImages* train, TestLoader load_test) {
+    ParameterLayout layout, const WorkloadFactory& make_workload) {
   if (assignment.spec.dataset().sharding() == "chunks" && link == nullptr) {
     return absl::FailedPreconditionError(
         "dataset.sharding 'chunks' needs a coordinator to lease chunks from; "
         "use 'static'");
   }
-  std::unique_ptr<TrainingRun> run(
-      new TrainingRun(backend, channels, link, options, assignment,
-                      std::move(layout), train, std::move(load_test)));
+  std::unique_ptr<TrainingRun> run(new TrainingRun(
+      backend, channels, link, options, assignment, std::move(layout)));
   RETURN_IF_ERROR(backend->status());  // every buffer was allocated
+  ASSIGN_OR_RETURN(run->workload_, make_workload(&run->layout_));
+  run->source_ = DataSource::ForSpec(run->spec_, run->workload_->TrainSize(),
+                                     &run->session_);
   return run;
 }
 
@@ -97,10 +89,8 @@ absl::StatusOr<TrainResult> TrainingRun::Run() {
     stop_next_ = false;
   }
   v1::Progress& progress = result_.progress;
-  if (rank0() && progress.evaluated_step() != progress.step()) {
-    RETURN_IF_ERROR(LoadEvaluator());
-    Evaluate(progress.step());
-  }
+  if (rank0() && progress.evaluated_step() != progress.step())
+    RETURN_IF_ERROR(Evaluate(progress.step()));
   result_.stopped_early = stopped_;
   session_.Report(progress);
   result_.params = std::move(params_);  // the channel is closed
@@ -108,10 +98,10 @@ absl::StatusOr<TrainResult> TrainingRun::Run() {
 }
 
 absl::Status TrainingRun::RunGeneration() {
-  if (rank0()) RETURN_IF_ERROR(LoadEvaluator());
   // Copies of an ended generation land before its successor's arrive.
   backend_->Synchronize();
   ASSIGN_OR_RETURN(const int64_t first, session_.Join());
+  RETURN_IF_ERROR(workload_->StartGeneration(session_.ChannelOptionsNow()));
   backend_->CopyToDevice(params_.data(), params_dev_.get(), total_);
   source_->StartGeneration();
   result_.progress.set_total_steps(source_->TotalSteps());
@@ -148,7 +138,7 @@ absl::Status TrainingRun::Step(int64_t step) {
   if (applied) stats_.Step(step, samples.epoch, samples.share.count, t);
   stopped_ = stop_seen;
   if (rank0() && !stopped_ && (step + 1) % spec_.eval_every_steps() == 0) {
-    Evaluate(step + 1);
+    RETURN_IF_ERROR(Evaluate(step + 1));
     stop_next_ = spec_.target_accuracy() > 0 &&
                  result_.progress.test_accuracy() >= spec_.target_accuracy();
   }
@@ -161,20 +151,21 @@ absl::Status TrainingRun::ComputeAndPush(int64_t step,
                                          bool stop) {
   const int64_t count = samples.share.count;
   if (count == 0) {
+    RETURN_IF_ERROR(workload_->EmptyStep(step));
     pusher_.PushEmpty(step, stop);
     return absl::OkStatus();
   }
-  gather_.Gather(train_->images, train_->labels,
-                 source_->order() + samples.share.begin, count, x_.data(),
-                 y_.data());
-  backend_->CopyToDevice(x_.data(), x_dev_.get(), count * pixels_);
   pusher_.Begin(step, count, stop, samples.range);
-  const double loss = mlp_.ForwardBackward(
-      params_dev_.get(), x_dev_.get(), y_.data(), static_cast<int>(count),
-      grads_dev_.get(),
+  absl::StatusOr<double> loss = workload_->ComputeGradient(
+      step,
+      absl::MakeConstSpan(source_->order() + samples.share.begin, count),
+      params_dev_.get(), grads_dev_.get(),
       [this](int64_t ready_from) { pusher_.Ready(ready_from); });
+  // A failed step pushes no more of its gradient (what backward finished
+  // went out already; the error ends the generation or the run).
+  if (!loss.ok()) return loss.status();
   RETURN_IF_ERROR(pusher_.Finish());
-  stats_.Loss(loss);
+  stats_.Loss(*loss);
   return absl::OkStatus();
 }
 
@@ -206,20 +197,12 @@ void TrainingRun::InjectDelay(StepStats::Clock::time_point step_start) {
   if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
 }
 
-absl::Status TrainingRun::LoadEvaluator() {
-  if (evaluator_ != nullptr) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const LabeledImages* test, load_test_());
-  const int batch = std::max(spec_.batch_size(), options_.eval_batch);
-  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(backend_, &layout_, &gather_,
-                                                 test, batch));
-  return absl::OkStatus();
-}
-
-void TrainingRun::Evaluate(int64_t at_step) {
-  const Evaluation e = evaluator_->Evaluate(params_dev_.get());
-  result_.progress.set_test_accuracy(e.accuracy);
+absl::Status TrainingRun::Evaluate(int64_t at_step) {
+  ASSIGN_OR_RETURN(const Evaluation e, workload_->Evaluate(params_dev_.get()));
+  result_.progress.set_test_accuracy(e.score);
   result_.progress.set_evaluated_step(at_step);
-  if (metrics_.test_accuracy != nullptr) metrics_.test_accuracy->Set(e.accuracy);
+  if (metrics_.test_accuracy != nullptr) metrics_.test_accuracy->Set(e.score);
+  return absl::OkStatus();
 }
 
 }  // namespace fulcrum

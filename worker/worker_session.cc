@@ -39,20 +39,25 @@ WorkerSession::~WorkerSession() {
   }
 }
 
-absl::StatusOr<int64_t> WorkerSession::Join() {
-  if (channel_ != nullptr) Close().IgnoreError();
-  const Assignment& assignment = assignment_;
+ChannelOptions WorkerSession::ChannelOptionsNow() const {
+  const Assignment& a = assignment_;
   ChannelOptions o;
-  o.job_id = assignment.job_id;
+  o.job_id = a.job_id;
   o.worker_id = options_.worker_id;
-  o.generation = assignment.generation;
-  o.shard_addresses = assignment.shard_addresses;
-  o.shard_credentials = assignment.shard_credentials;
-  o.chunk_bytes = assignment.spec.chunk_bytes();
+  o.generation = a.generation;
+  o.shard_addresses = a.shard_addresses;
+  o.shard_credentials = a.shard_credentials;
+  o.chunk_bytes = a.spec.chunk_bytes();
   o.gradients = gradients_;
   o.reconnect_timeout = options_.reconnect_timeout;
   o.on_reconnect = options_.on_reconnect;
-  channel_ = channels_->Create(std::move(o), layout_, params_);
+  return o;
+}
+
+absl::StatusOr<int64_t> WorkerSession::Join() {
+  if (channel_ != nullptr) Close().IgnoreError();
+  const Assignment& assignment = assignment_;
+  channel_ = channels_->Create(ChannelOptionsNow(), layout_, params_);
   // Named to give the job its values: the caller's, in the buffer now.
   if (assignment.initialize) RETURN_IF_ERROR(channel_->Initialize(params_));
   absl::StatusOr<int64_t> first = channel_->Open();

@@ -66,6 +66,9 @@ class WorkerSession {
   // uploads what the parameter buffer holds as the job's values.
   absl::StatusOr<int64_t> Join();
   const Assignment& assignment() const { return assignment_; }
+  // How a channel reaches the shards of assignment()'s generation as this
+  // member (other channels of the generation: embedding rows).
+  ChannelOptions ChannelOptionsNow() const;
   // How this job's gradients travel (wire.gradients).
   WireEncoding gradient_encoding() const { return gradients_; }
 

@@ -291,6 +291,10 @@ float* CudaBackend::Allocate(int64_t n) {
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, std::max<int64_t>(n, 1) * sizeof(float));
   if (e != cudaSuccess) {
+    // The failure stays in the thread's last error, where the next kernel
+    // launch's check would take it for its own (seen on an H200: a later
+    // softmax reported "out of memory"): clear it, status_ keeps it.
+    cudaGetLastError();
     // Backend contract: null, and a sticky RESOURCE_EXHAUSTED status.
     if (status_.ok()) {
       status_ = absl::ResourceExhaustedError(absl::StrCat(
@@ -434,6 +438,7 @@ int32_t* CudaBackend::AllocateIndices(int64_t n) {
   const cudaError_t e =
       cudaMalloc(&p, std::max<int64_t>(n, 1) * sizeof(int32_t));
   if (e != cudaSuccess) {
+    cudaGetLastError();  // as in Allocate
     if (status_.ok()) {
       status_ = absl::ResourceExhaustedError(absl::StrCat(
           name_, ": cannot allocate ", n, " indices: ", CudaError(e)));

@@ -119,6 +119,16 @@ TEST_F(CudaBackendTest, AllocationBeyondTheDeviceIsAStatusNotAnAbort) {
   EXPECT_EQ((*own)->Allocate(int64_t{1} << 50), nullptr);
   EXPECT_EQ((*own)->status().code(), absl::StatusCode::kResourceExhausted)
       << (*own)->status();
+  EXPECT_EQ((*own)->AllocateIndices(int64_t{1} << 50), nullptr);
+  // The failures leave no error behind for the next kernel of this thread
+  // to report as its own (a softmax did, on an H200).
+  std::vector<int32_t> labels = {1, 0};
+  float* logits = Up({0.0f, 1.0f, 2.0f, 0.0f});
+  float* dlogits = Up({0.0f, 0.0f, 0.0f, 0.0f});
+  EXPECT_GT(gpu_->SoftmaxCrossEntropy(2, 2, logits, labels.data(), 1.0f,
+                                      dlogits),
+            0.0);
+  EXPECT_TRUE(gpu_->status().ok()) << gpu_->status();
 }
 
 TEST_F(CudaBackendTest, GemmMatchesTheCpuInEveryTransposition) {
