@@ -34,6 +34,7 @@
 #include "common/dataplane/arrivals.h"
 #include "common/dataplane/grpc_frames.h"
 #include "common/dataplane/parameter_channel.h"
+#include "worker/grpc_row_channel.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 
 namespace fulcrum {
@@ -92,6 +93,10 @@ class GrpcChannelFactory : public ChannelFactory {
                                            float* params) override {
     return std::make_unique<GrpcParameterChannel>(std::move(options), layout,
                                                   params);
+  }
+  absl::StatusOr<std::unique_ptr<RowChannel>> CreateRows(
+      const ChannelOptions& options) override {
+    return std::unique_ptr<RowChannel>(new GrpcRowChannel(options));
   }
 };
 

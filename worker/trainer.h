@@ -23,9 +23,11 @@
 #include "fulcrum/v1/coordinator.pb.h"
 #include "fulcrum/v1/job.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/data/criteo.h"
 #include "worker/data/idx.h"
 #include "worker/job_link.h"
 #include "worker/worker_metrics.h"
+#include "worker/workload.h"
 
 namespace fulcrum {
 
@@ -83,6 +85,15 @@ class Trainer {
                                             bool train, int classes);
   // The job's training split, checked against the model's input size.
   absl::StatusOr<const LabeledImages*> LoadTrain(const v1::JobSpec& spec);
+  // dataset.format criteo (model embedding_mlp): train.tsv / test.tsv.
+  absl::StatusOr<const ClickLogs*> LoadClicks(const v1::DatasetSpec& d,
+                                              bool train);
+  // dataset.dir under Options::data_root (INVALID_ARGUMENT naming
+  // dataset.dir when it leads out).
+  absl::StatusOr<std::string> DatasetDir(const v1::DatasetSpec& d) const;
+  // The workload of model.type embedding_mlp.
+  absl::StatusOr<std::unique_ptr<Workload>> CtrWorkloadFor(
+      const v1::JobSpec& spec, const ParameterLayout* layout);
 
   Backend* const backend_;          // Not owned.
   ChannelFactory* const channels_;  // Not owned.
@@ -90,6 +101,8 @@ class Trainer {
   std::string worker_id_ = options_.worker_id;
   std::map<std::string, std::unique_ptr<LabeledImages>>
       cache_;  // by dir/split/limit
+  std::map<std::string, std::unique_ptr<ClickLogs>>
+      clicks_;  // by dir/split/limit
 };
 
 }  // namespace fulcrum

@@ -34,21 +34,27 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
   auto* o = spec->mutable_optimizer();
   auto* c = spec->mutable_consistency();
   auto* w = spec->mutable_workers();
+  // A list of integers into `add`.
+  const auto ints = [](std::function<void(int)> add) -> Handler {
+    return [add](const YAML::Node& n, const std::string& f) -> absl::Status {
+      if (!n.IsSequence()) return Bad(f, "must be a list of integers");
+      for (size_t i = 0; i < n.size(); ++i) {
+        int v = 0;
+        absl::Status s =
+            Read<int>(n[i], absl::StrCat(f, "[", i, "]"), "an integer", &v);
+        if (!s.ok()) return s;
+        add(v);
+      }
+      return absl::OkStatus();
+    };
+  };
   const std::map<std::string, Handler> model = {
       {"type", Str(m->mutable_type())},
       {"activation", Str(m->mutable_activation())},
-      {"layers",
-       [m](const YAML::Node& n, const std::string& f) -> absl::Status {
-         if (!n.IsSequence()) return Bad(f, "must be a list of integers");
-         for (size_t i = 0; i < n.size(); ++i) {
-           int v = 0;
-           absl::Status s =
-               Read<int>(n[i], absl::StrCat(f, "[", i, "]"), "an integer", &v);
-           if (!s.ok()) return s;
-           m->add_layers(v);
-         }
-         return absl::OkStatus();
-       }},
+      {"layers", ints([m](int v) { m->add_layers(v); })},
+      {"table", Str(m->mutable_table())},
+      {"bottom", ints([m](int v) { m->add_bottom(v); })},
+      {"top", ints([m](int v) { m->add_top(v); })},
       {"tensors",
        [m](const YAML::Node& n, const std::string& f) -> absl::Status {
          if (!n.IsSequence())
@@ -351,7 +357,43 @@ absl::Status ValidateTensors(const v1::ModelSpec& m) {
   return absl::OkStatus();
 }
 
+// Hidden widths of an embedding_mlp: at most 8 of [1, 65536].
+absl::Status ValidateWidths(const google::protobuf::RepeatedField<int32_t>& w,
+                            const std::string& field) {
+  if (w.size() > 8)
+    return Bad(field, absl::StrCat("must have at most 8 widths", Got(w.size())));
+  for (int i = 0; i < w.size(); ++i) {
+    if (w[i] <= 0 || w[i] > (1 << 16)) {
+      return Bad(absl::StrCat(field, "[", i, "]"),
+                 absl::StrCat("must be in [1, 65536]", Got(w[i])));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateEmbeddingMlp(const v1::ModelSpec& m) {
+  if (m.layers_size() > 0 || m.tensors_size() > 0) {
+    return Bad(m.layers_size() > 0 ? "model.layers" : "model.tensors",
+               "apply to model.type mlp / external, not embedding_mlp (use "
+               "model.bottom and model.top)");
+  }
+  if (m.table().empty())
+    return Bad("model.table", "must name one of the job's embeddings");
+  if (m.table().size() > 64)
+    return Bad("model.table", "must be at most 64 characters");
+  RETURN_IF_ERROR(ValidateWidths(m.bottom(), "model.bottom"));
+  return ValidateWidths(m.top(), "model.top");
+}
+
 absl::Status ValidateModel(const v1::ModelSpec& m) {
+  if (m.type() != "embedding_mlp" &&
+      (!m.table().empty() || m.bottom_size() > 0 || m.top_size() > 0)) {
+    return Bad(!m.table().empty() ? "model.table"
+               : m.bottom_size() > 0 ? "model.bottom"
+                                     : "model.top",
+               "applies to model.type embedding_mlp only");
+  }
+  if (m.type() == "embedding_mlp") return ValidateEmbeddingMlp(m);
   if (m.type() == "external") {
     if (m.layers_size() > 0) {
       return Bad("model.layers",
@@ -361,7 +403,7 @@ absl::Status ValidateModel(const v1::ModelSpec& m) {
     return ValidateTensors(m);
   }
   if (m.type() != "mlp") {
-    return Bad("model.type", absl::StrCat("must be one of [mlp, external], got ",
+    return Bad("model.type", absl::StrCat("must be one of [mlp, embedding_mlp, external], got ",
                                           Quote(m.type())));
   }
   if (m.tensors_size() > 0)
@@ -421,10 +463,11 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& text) {
 
 void ApplyDefaults(JobSpec* spec) {
   const bool external = spec->model().type() == "external";
-  if (spec->model().activation().empty() && !external)
+  const bool clicks = spec->model().type() == "embedding_mlp";
+  if (spec->model().activation().empty() && !external && !clicks)
     spec->mutable_model()->set_activation("relu");
   if (spec->dataset().format().empty() && !external)
-    spec->mutable_dataset()->set_format("idx");
+    spec->mutable_dataset()->set_format(clicks ? "criteo" : "idx");
   if (spec->dataset().sharding().empty())
     spec->mutable_dataset()->set_sharding("chunks");
   if (spec->optimizer().type().empty())
@@ -475,6 +518,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
        std::initializer_list<std::pair<const char*, const std::string*>>{
            {"model.type", &spec.model().type()},
            {"model.activation", &spec.model().activation()},
+           {"model.table", &spec.model().table()},
            {"dataset.format", &spec.dataset().format()},
            {"dataset.dir", &spec.dataset().dir()},
            {"dataset.sharding", &spec.dataset().sharding()},
@@ -491,9 +535,13 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   RETURN_IF_ERROR(ValidateModel(spec.model()));
   const auto& d = spec.dataset();
   const bool external = spec.model().type() == "external";
-  if (!external && d.format() != "idx")
+  const std::string want_format =
+      spec.model().type() == "embedding_mlp" ? "criteo" : "idx";
+  if (!external && d.format() != want_format) {
     return Bad("dataset.format",
-               absl::StrCat("must be one of [idx], got ", Quote(d.format())));
+               absl::StrCat("must be ", want_format, " for model.type ",
+                            spec.model().type(), ", got ", Quote(d.format())));
+  }
   if (!external && d.dir().empty())
     return Bad("dataset.dir", "must not be empty");
   if (d.train_limit() < 0)
@@ -574,7 +622,18 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                absl::StrCat("must be fp32 or bf16 (fp16 cannot hold every "
                             "weight)", got(spec.wire().parameters())));
   }
-  return ValidateEmbeddingTables(spec);
+  RETURN_IF_ERROR(ValidateEmbeddingTables(spec));
+  if (spec.model().type() == "embedding_mlp") {
+    bool declared = false;
+    for (const v1::EmbeddingTableSpec& t : spec.embeddings())
+      declared = declared || t.name() == spec.model().table();
+    if (!declared) {
+      return Bad("model.table",
+                 absl::StrCat(Quote(spec.model().table()),
+                              " is not one of the job's embeddings"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fulcrum

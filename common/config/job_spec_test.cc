@@ -1,4 +1,5 @@
 #include "common/config/job_spec.h"
+#include "common/config/model_layout.h"
 
 #include <fstream>
 #include <sstream>
@@ -176,7 +177,7 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"model: {type: mlp, layers: [784, -5, 10]}",
        "model.layers[1] must be in [1, 65536], got -5"},
       {"model: {type: cnn, layers: [784, 10]}",
-       "model.type must be one of [mlp, external], got 'cnn'"},
+       "model.type must be one of [mlp, embedding_mlp, external], got 'cnn'"},
       {"model: {type: external, layers: [784, 10]}",
        "model.layers must be empty for an external model"},
       {"model: {type: external, tensors: [{name: a, shape: [2]}, "
@@ -196,7 +197,7 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"optimizer: {type: momentum, lr: 0.1, betas: 3}",
        "unknown field 'optimizer.betas'"},
       {"dataset: {format: csv, dir: /d}",
-       "dataset.format must be one of [idx], got 'csv'"},
+       "dataset.format must be idx for model.type mlp, got 'csv'"},
       {"dataset: {format: idx, dir: ''}", "dataset.dir must not be empty"},
       {"dataset: {dir: /d, sharding: rows}",
        "dataset.sharding must be one of [chunks, static], got 'rows'"},
@@ -315,6 +316,46 @@ TEST(JobSpecTest, RejectsMalformedDocuments) {
             "model must be a mapping");
   EXPECT_EQ(ParseJobSpec("epochs: 1\nepochs: 2").status().message(),
             "duplicate field 'epochs'");
+}
+
+TEST(JobSpecTest, EmbeddingMlpNamesItsTableAndReadsCriteo) {
+  const std::string base =
+      "name: ctr\noptimizer: {type: adam, lr: 0.001}\n"
+      "embeddings: [{name: deep, dim: 8, capacity: 1000, optimizer: {lr: 0.01}}]\n";
+  auto spec = ParseJobSpec(
+      base + "dataset: {dir: /d}\nmodel: {type: embedding_mlp, table: deep, bottom: [16], top: [32, 8]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->dataset().format(), "criteo");  // the model's default
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  auto layout = LayoutForSpec(*spec);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  // bottom 13->16, top.0 from 26 x 8 bags + 16, 32 -> 8 -> 1.
+  EXPECT_EQ(layout->total_size(),
+            (13 * 16 + 16) + (32 * 208 + 32 * 16 + 32) + (8 * 32 + 8) + (8 + 1));
+  EXPECT_EQ(layout->tensors()[2].name, "top.0.embedding_weight");
+
+  const std::pair<std::string, std::string> bad[] = {
+      {"model: {type: embedding_mlp, table: wide}",
+       "model.table 'wide' is not one of the job's embeddings"},
+      {"model: {type: embedding_mlp}", "model.table must name"},
+      {"model: {type: embedding_mlp, table: deep, bottom: [16, 0]}",
+       "model.bottom[1] must be in [1, 65536]"},
+      {"model: {type: embedding_mlp, table: deep, layers: [3, 1]}",
+       "model.layers apply to model.type mlp / external"},
+      {"model: {type: mlp, layers: [784, 10], table: deep}",
+       "model.table applies to model.type embedding_mlp only"},
+      {"model: {type: embedding_mlp, table: deep}\n",
+       "dataset.format must be criteo for model.type embedding_mlp"},
+  };
+  for (const auto& [yaml, want] : bad) {
+    const bool idx = want.find("dataset.format") != std::string::npos;
+    auto s = ParseJobSpec(base + yaml + "\n" +
+                          (idx ? "dataset: {format: idx, dir: /d}\n"
+                               : "dataset: {dir: /d}\n"));
+    absl::Status v = s.ok() ? ValidateJobSpec(*s) : s.status();
+    EXPECT_EQ(v.code(), absl::StatusCode::kInvalidArgument) << yaml;
+    EXPECT_NE(v.message().find(want), std::string::npos) << yaml << " -> " << v;
+  }
 }
 
 }  // namespace

@@ -16,8 +16,36 @@ std::vector<TensorInfo> TensorsOf(const v1::ModelSpec& model) {
   return tensors;
 }
 
+absl::StatusOr<EmbeddingMlpShape> EmbeddingMlpShapeOf(
+    const v1::JobSpec& spec) {
+  const v1::ModelSpec& m = spec.model();
+  EmbeddingMlpShape shape;
+  shape.fields = 26;
+  shape.dense = 13;
+  shape.dim = 0;
+  for (const v1::EmbeddingTableSpec& t : spec.embeddings()) {
+    if (t.name() == m.table()) shape.dim = t.dim();
+  }
+  if (shape.dim == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.table: '", m.table().substr(0, 64),
+        "' is not one of the job's embeddings"));
+  }
+  shape.bottom.assign(m.bottom().begin(), m.bottom().end());
+  shape.top.assign(m.top().begin(), m.top().end());
+  return shape;
+}
+
 absl::StatusOr<ParameterLayout> LayoutForSpec(const v1::JobSpec& spec) {
   const v1::ModelSpec& m = spec.model();
+  if (m.type() == "embedding_mlp") {
+    absl::StatusOr<EmbeddingMlpShape> shape = EmbeddingMlpShapeOf(spec);
+    if (!shape.ok()) return shape.status();
+    absl::StatusOr<std::vector<TensorInfo>> tensors = EmbeddingMlpTensors(*shape);
+    if (!tensors.ok()) return tensors.status();
+    return ParameterLayout::ForTensors(*std::move(tensors), spec.shards(),
+                                       spec.partition_bytes());
+  }
   if (m.type() == "external") {
     if (m.tensors_size() == 0) {
       return absl::FailedPreconditionError(

@@ -6,14 +6,22 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/tensor/embedding_mlp_tensors.h"
 #include "common/tensor/layout.h"
 #include "fulcrum/v1/job.pb.h"
 
 namespace fulcrum {
 
-// mlp: ParameterLayout::ForMlp(model.layers); external: ForTensors of the
+// mlp: ParameterLayout::ForMlp(model.layers); embedding_mlp: ForTensors of
+// EmbeddingMlpTensors(EmbeddingMlpShapeOf(spec)); external: ForTensors of the
 // declared tensors (FAILED_PRECONDITION while none are declared).
 absl::StatusOr<ParameterLayout> LayoutForSpec(const v1::JobSpec& spec);
+
+// An embedding_mlp's shape: the Criteo format's 26 categorical fields and
+// 13 dense features, the row width of the table model.table names
+// (INVALID_ARGUMENT naming model.table when the job has no such table),
+// model.bottom and model.top.
+absl::StatusOr<EmbeddingMlpShape> EmbeddingMlpShapeOf(const v1::JobSpec& spec);
 
 // The most bytes one of the job's shards holds for it: its partitions'
 // values and optimizer state, and the aggregation's buffers (sync: the

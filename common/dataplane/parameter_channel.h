@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/dataplane/payload.h"
+#include "common/dataplane/row_channel.h"
 #include "common/tensor/layout.h"
 
 namespace fulcrum {
@@ -130,6 +131,13 @@ class ChannelFactory {
   virtual std::unique_ptr<ParameterChannel> Create(
       ChannelOptions options, const ParameterLayout* layout,
       float* params) = 0;
+  // A channel for embedding rows (row_channel.h) to the same shards as
+  // member options.worker_id of generation options.generation;
+  // UNIMPLEMENTED where this transport has none.
+  virtual absl::StatusOr<std::unique_ptr<RowChannel>> CreateRows(
+      const ChannelOptions& options) {
+    return absl::UnimplementedError("this transport carries no embedding rows");
+  }
 };
 
 }  // namespace fulcrum

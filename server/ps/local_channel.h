@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/dataplane/arrivals.h"
 #include "common/dataplane/parameter_channel.h"
+#include "server/ps/local_row_channel.h"
 #include "server/ps/parameter_shard.h"
 
 namespace fulcrum {
@@ -61,6 +62,10 @@ class LocalChannelFactory : public ChannelFactory {
                                            float* params) override {
     return std::make_unique<LocalParameterChannel>(std::move(options), shards_,
                                                    layout, params);
+  }
+  absl::StatusOr<std::unique_ptr<RowChannel>> CreateRows(
+      const ChannelOptions& options) override {
+    return std::unique_ptr<RowChannel>(new LocalRowChannel(options, shards_));
   }
 
  private:

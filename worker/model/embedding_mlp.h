@@ -22,26 +22,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/tensor/embedding_mlp_tensors.h"
 #include "common/tensor/layout.h"
 #include "worker/backend/backend.h"
 
 namespace fulcrum {
-
-struct EmbeddingMlpShape {
-  int fields = 26;          // embedding bags per sample
-  int dense = 13;           // dense features per sample
-  int dim = 8;              // the table's row width
-  std::vector<int> bottom;  // hidden widths of the bottom MLP; may be empty
-  std::vector<int> top;     // hidden widths of the top MLP; may be empty
-};
-
-// The dense tensors, in layout order: bottom.L.{weight,bias} for each bottom
-// layer, then top.0.{embedding_weight [t0, fields*dim], dense_weight [t0,
-// bottom_out], bias}, then top.L.{weight,bias} up to the output (width 1).
-// Fan-in of both top.0 weights is their common input width. INVALID_ARGUMENT
-// naming the field for a width, fields, dense or dim < 1.
-absl::StatusOr<std::vector<TensorInfo>> EmbeddingMlpTensors(
-    const EmbeddingMlpShape& shape);
 
 class EmbeddingMlp {
  public:
