@@ -2,8 +2,10 @@
 # The wide & deep click model (examples/torch/ctr) on generated Criteo-format
 # logs: 2 PyTorch workers on a Fulcrum job (2 shards, the categories' rows in
 # embedding tables) beside one plain PyTorch process with
-# nn.EmbeddingBag(sparse=True) + SparseAdam, in one script: test AUC against
-# the planted model's, and samples/s as a ratio (docs/benchmarks.md,
+# nn.EmbeddingBag(sparse=True) + SparseAdam, and 2 C++ workers
+# (fulcrum-worker, model embedding_mlp: the deep part alone - one dim-8 table
+# for the 26 fields, no bottom MLP, top 64-32-1), in one script: test AUC
+# against the planted model's, and samples/s as a ratio (docs/benchmarks.md,
 # "Embedding rows").
 #   bench/ctr_vs_torch.sh [--train N] [--test N] [--vocab N] [--epochs E] [--threads T]
 set -euo pipefail
@@ -61,6 +63,34 @@ if command -v curl >/dev/null; then
 fi
 cluster_stop
 
+# Fulcrum C++ workers: the same data, tables' optimizer, batch and mode.
+cluster_coordinator_flags=(--data_root="$out")
+cluster_start "$out/cpp" 2
+cat > "$out/cpp.yaml" <<YAML
+name: ctr-embedding-mlp
+model: {type: embedding_mlp, table: deep, bottom: [], top: [64, 32]}
+dataset: {dir: $data}
+optimizer: {type: adam, lr: 0.001}
+batch_size: 256
+epochs: $epochs
+workers: {min: 2, max: 2}
+shards: 2
+seed: 1
+consistency: {mode: async}
+eval_every_steps: 100000000
+embeddings:
+  - {name: deep, dim: 8, capacity: 8000000, optimizer: {type: adam, lr: 0.01}}
+YAML
+for r in 1 2; do cluster_add_worker "$out/cpp" "worker-$r" --data_root="$out" --threads="$threads"; done
+cluster_wait_members 4
+job=$(ctl submit "$out/cpp.yaml" | head -1)
+ctl status "$job" --watch > "$out/cpp-watch.log"
+read -r c_auc c_rate < <(ctl status "$job" --json | /usr/bin/python3 -c \
+  'import json,sys; j=json.load(sys.stdin); p=j["progress"]; print("%.4f" % p["test_accuracy"], "%.0f" % (int(p["samples_total"]) / (j["end_time_unix"] - j["start_time_unix"])))')
+cluster_stop
+cluster_pids=()
+cluster_coordinator_flags=()
+
 # Plain PyTorch: one process, the same global batch and epochs.
 /usr/bin/python3 examples/torch/ctr/plain_ctr.py --data "$data" --batch 512 \
   --epochs "$epochs" --threads "$threads" > "$out/plain.log" 2>&1
@@ -74,4 +104,6 @@ printf "%-34s %10s %14s %10s\n" "" "test AUC" "samples/s" "ratio"
 printf "%-34s %10s %14s %10s\n" "plain PyTorch, 1 process" "$p_auc" "$p_rate" "1.00"
 printf "%-34s %10s %14s %10.2f\n" "Fulcrum, 2 workers + 2 shards" "$f_auc" "$f_rate" \
   "$(echo "$f_rate / $p_rate" | bc -l)"
+printf "%-34s %10s %14s %10.2f\n" "Fulcrum C++, 2 workers + 2 shards" "$c_auc" "$c_rate" \
+  "$(echo "$c_rate / $p_rate" | bc -l)"
 echo "resident rows on the shards at the end: $resident"

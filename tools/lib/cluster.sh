@@ -13,10 +13,12 @@
 #   cluster_targets FILE                # Prometheus file_sd JSON of every
 #                                       # process's /metrics endpoint
 # cluster_flags (array) is passed to every process and fulcrumctl (e.g. the
-# TLS files), cluster_ctl_flags to fulcrumctl only (e.g. --token_file).
+# TLS files), cluster_ctl_flags to fulcrumctl only (e.g. --token_file),
+# cluster_coordinator_flags to the coordinator only (e.g. --data_root).
 cluster_pids=()
 cluster_flags=()
 cluster_ctl_flags=()
+cluster_coordinator_flags=()
 
 cluster_build() {
   bash tools/setup.sh
@@ -49,7 +51,7 @@ cluster_start() {
     --port_file="$dir/coordinator.port" --heartbeat_ms=200 \
     --state_dir="$dir/coordinator-state" --checkpoint_root="$ckpt" \
     --metrics_port_file="$dir/coordinator.metrics_port" "${cluster_flags[@]}" \
-    2>"$dir/coordinator.log" &
+    "${cluster_coordinator_flags[@]}" 2>"$dir/coordinator.log" &
   cluster_pids+=($!)
   for _ in $(seq 100); do [ -s "$dir/coordinator.port" ] && break; sleep 0.1; done
   if [ ! -s "$dir/coordinator.port" ]; then
