@@ -3,7 +3,8 @@
 # machine with an NVIDIA GPU and /usr/local/cuda but none of our Debian
 # libraries and no network:
 #
-#   tools/gpu_check.sh --prepare DIR   # here: build, then put the binaries,
+#   tools/gpu_check.sh --prepare DIR [CTR_DIR]
+#                                      # here: build, then put the binaries,
 #                                      # every shared library they load (the
 #                                      # C library and its loader included,
 #                                      # CUDA's own excepted) and the dataset
@@ -13,7 +14,9 @@
 # The run: the CUDA backend's tests (each kernel and a whole training step
 # against the CPU backend), a 2-worker Fashion-MNIST job sharing one GPU to
 # its target, the same job's first steps on the CPU for the per-step compute
-# time, and the per-step benchmark next to PyTorch on the same GPU.
+# time, the per-step benchmark next to PyTorch on the same GPU, and, with
+# click logs carried (CTR_DIR: train.tsv, test.tsv, planted.txt), the click
+# model (embedding_mlp) trained by 2 workers on the GPU and on the CPU.
 set -uo pipefail
 
 prepare() {
@@ -49,7 +52,11 @@ prepare() {
 }
 
 if [ "${1:-}" = "--prepare" ]; then
-  prepare "${2:?usage: tools/gpu_check.sh --prepare DIR}"
+  prepare "${2:?usage: tools/gpu_check.sh --prepare DIR [CTR_DIR]}"
+  if [ -n "${3:-}" ]; then  # click logs (tools/make_ctr_data) for the click model
+    tar -C "$3" -cf - train.tsv test.tsv planted.txt | xz -T2 -6 >"$2/ctr.tar.xz"
+    du -sh "$2"
+  fi
   exit 0
 fi
 
@@ -97,18 +104,18 @@ start() {  # log binary args...: in the background, its pid in pids
     "$D/bin/$b" "$@" >"$log" 2>&1 </dev/null &
   pids+=($!)
 }
-cluster() {  # device; sets COORD
-  local device=$1 i
+cluster() {  # device tag; sets COORD
+  local device=$1 tag=$2 i
   rm -f "$work/coordinator.port"
-  start "$work/coordinator-${device/:/}.log" fulcrum-coordinator \
+  start "$work/coordinator-$tag.log" fulcrum-coordinator \
     --listen=127.0.0.1:0 --port_file="$work/coordinator.port" --heartbeat_ms=200 \
     --data_root="$(dirname "$DATA")"
   for i in $(seq 100); do [ -s "$work/coordinator.port" ] && break; sleep 0.1; done
   COORD=127.0.0.1:$(cat "$work/coordinator.port")
-  start "$work/shard-${device/:/}.log" fulcrum-server --listen=127.0.0.1:0 \
+  start "$work/shard-$tag.log" fulcrum-server --listen=127.0.0.1:0 \
     --coordinator="$COORD"
   for i in 1 2; do
-    start "$work/worker$i-${device/:/}.log" fulcrum-worker --coordinator="$COORD" \
+    start "$work/worker$i-$tag.log" fulcrum-worker --coordinator="$COORD" \
       --device="$device" --max_jobs=1 --data_root="$(dirname "$DATA")"
   done
 }
@@ -128,26 +135,55 @@ eval_every_steps: 100
 YAML
   echo "$work/$1.yaml"
 }
+ctr_job() {  # name: the click model (issue 14) on the carried logs
+  cat >"$work/$1.yaml" <<YAML
+name: $1
+model: {type: embedding_mlp, table: deep, bottom: [64, 16], top: [128, 64]}
+dataset: {dir: $DATA/ctr}
+optimizer: {type: adam, lr: 0.001}
+batch_size: 512
+epochs: 2
+workers: {min: 2, max: 2}
+shards: 1
+consistency: {mode: async}
+eval_every_steps: 100000000
+embeddings:
+  - {name: deep, dim: 16, capacity: 4000000, optimizer: {type: adam, lr: 0.01}}
+YAML
+  echo "$work/$1.yaml"
+}
 field() { grep -o "\"$1\": [^,]*" "$2" | head -1 | sed -E 's/.*: "?([^"]*)"?/\1/'; }
 rate() {  # samples trained / (end - start) of a job's JSON
   awk -v n="$(field samples_total "$1")" -v a="$(field start_time_unix "$1")" \
     -v b="$(field end_time_unix "$1")" 'BEGIN { if (b > a) printf "%.0f", n / (b - a); else print "?" }'
 }
-train() {  # device max_steps target; sets JSON
-  JSON=$work/$1.json
-  cluster "$1"
+train() {  # device tag job.yaml; sets JSON
+  JSON=$work/$2.json
+  cluster "$1" "$2"
   local id
-  id=$(run fulcrumctl --coordinator="$COORD" submit "$(job "job-${1/:/}" "$2" "$3")" | head -1)
+  id=$(run fulcrumctl --coordinator="$COORD" submit "$3" | head -1)
   timeout 240 "$D/lib/ld-linux-x86-64.so.2" --library-path "$D/lib" "$D/bin/fulcrumctl" \
-    --coordinator="$COORD" status "$id" --watch >"$work/watch-${1/:/}.log" 2>&1
+    --coordinator="$COORD" status "$id" --watch >"$work/watch-$2.log" 2>&1
   run fulcrumctl --coordinator="$COORD" status "$id" --json >"$JSON" 2>/dev/null
   cleanup; pids=()
 }
 if [ "$gpu" != none ]; then
-  train cuda:0 0 0.88; gj=$JSON
+  train cuda:0 cuda0 "$(job job-cuda0 0 0.88)"; gj=$JSON
   echo "GPU job: $(field state "$gj") $(field message "$gj")"
 fi
-train cpu 600 0; cj=$JSON
+train cpu cpu "$(job job-cpu 600 0)"; cj=$JSON
+# The click model (issue 14), where its logs were carried (--prepare DIR
+# CTR_DIR): the same job on the GPU and on the CPU.
+ctr=none
+if [ -f "$(dirname "$DATA")/ctr.tar.xz" ]; then
+  mkdir -p "$DATA/ctr" && tar -C "$DATA/ctr" -xJf "$(dirname "$DATA")/ctr.tar.xz" && ctr=yes
+fi
+if [ "$ctr" = yes ]; then
+  if [ "$gpu" != none ]; then
+    train cuda:0 ctr-cuda0 "$(ctr_job ctr-cuda0)"; gcj=$JSON
+  fi
+  train cpu ctr-cpu "$(ctr_job ctr-cpu)"; ccj=$JSON
+fi
 
 # 3. Per-step time, Fulcrum vs PyTorch on the same GPU.
 bench=$work/bench.txt
@@ -173,6 +209,14 @@ if [ "$gpu" != none ]; then
 fi
 printf "%-34s %s ms\n" "step compute, CPU worker" "$(field step_compute_ms "$cj")"
 printf "%-34s %s\n" "samples/s (job, CPU, 600 steps)" "$(rate "$cj")"
+if [ "$ctr" = yes ]; then
+  echo "click model (embedding_mlp, 2 workers, 1 shard, batch 512, 2 epochs; planted AUC $(awk '/planted_auc/ {print $2}' "$DATA/ctr/planted.txt")):"
+  for j in ${gcj:-} $ccj; do
+    printf "  %-32s %s, AUC %s, %s samples/s, compute %s ms, wait %s ms\n" "$(basename "$j" .json)" \
+      "$(field state "$j")" "$(field test_accuracy "$j")" "$(rate "$j")" \
+      "$(field step_compute_ms "$j")" "$(field step_wait_ms "$j")"
+  done
+fi
 echo "per-step time (forward+backward, batch 64):"
 sed 's/^/  /' "$bench"
 echo "logs: $work"
