@@ -134,6 +134,8 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
                        [ck](int64_t v) { ck->set_every_steps(v); })},
       {"dir", Str(ck->mutable_dir())},
       {"keep", Scalar<int>("an integer", [ck](int v) { ck->set_keep(v); })},
+      {"full_every",
+       Scalar<int>("an integer", [ck](int v) { ck->set_full_every(v); })},
   };
   // fp32 | bf16 | fp16 (payload.h's names) as a fulcrum.v1.Encoding.
   auto encoding = [](std::function<void(v1::Encoding)> set) -> Handler {
@@ -435,6 +437,10 @@ absl::Status ValidateCheckpoint(const v1::JobSpec& spec) {
     return Bad("checkpoint.dir", "must be set when checkpoint.every_steps > 0");
   if (c.keep() < 1)
     return Bad("checkpoint.keep", absl::StrCat("must be >= 1", Got(c.keep())));
+  if (c.full_every() < 1 || c.full_every() > 1000) {
+    return Bad("checkpoint.full_every",
+               absl::StrCat("must be in [1, 1000]", Got(c.full_every())));
+  }
   return absl::OkStatus();
 }
 
@@ -495,6 +501,8 @@ void ApplyDefaults(JobSpec* spec) {
   if (!spec->has_eval_every_steps())
     spec->set_eval_every_steps(kDefaultEvalEverySteps);
   if (!spec->checkpoint().has_keep()) spec->mutable_checkpoint()->set_keep(3);
+  if (!spec->checkpoint().has_full_every())
+    spec->mutable_checkpoint()->set_full_every(4);
   spec->clear_encoding();  // read into wire.gradients
   if (spec->wire().gradients() == v1::ENCODING_UNSPECIFIED)
     spec->mutable_wire()->set_gradients(v1::ENCODING_FP32);

@@ -1,6 +1,7 @@
 #include "server/ps/checkpoint.h"
 
 #include <algorithm>
+#include <set>
 #include <cstdio>
 #include <cstring>
 
@@ -125,20 +126,43 @@ std::vector<int64_t> ListCheckpointSteps(Env* env, const std::string& dir,
   return steps;
 }
 
+std::string NeedsPath(const std::string& dir, const std::string& job_id,
+                      int64_t step, int32_t shard) {
+  return absl::StrCat(dir, "/", job_id, "/step-", step, "/shard-", shard,
+                      ".needs");
+}
+
+int64_t CheckpointNeeds(Env* env, const std::string& dir,
+                        const std::string& job_id, int64_t step,
+                        int32_t shard) {
+  absl::StatusOr<std::string> text =
+      env->ReadFile(NeedsPath(dir, job_id, step, shard));
+  long long needs = -1;
+  if (!text.ok() || std::sscanf(text->c_str(), "%lld", &needs) != 1) return -1;
+  return needs;
+}
+
 std::vector<int64_t> PruneCheckpoints(Env* env, const std::string& dir,
                                       const std::string& job_id, int32_t shard,
                                       int keep) {
   std::vector<int64_t> steps = StepDirs(env, absl::StrCat(dir, "/", job_id));
-  std::reverse(steps.begin(), steps.end());
-  const size_t kept = static_cast<size_t>(std::max(keep, 0));
-  for (size_t i = kept; i < steps.size(); ++i) {
-    const std::string path = CheckpointPath(dir, job_id, steps[i], shard);
+  std::reverse(steps.begin(), steps.end());  // newest first
+  const size_t newest = std::min(steps.size(),
+                                 static_cast<size_t>(std::max(keep, 0)));
+  std::set<int64_t> kept(steps.begin(), steps.begin() + newest);
+  for (size_t i = 0; i < newest; ++i) {
+    const int64_t needs = CheckpointNeeds(env, dir, job_id, steps[i], shard);
+    if (needs >= 0) kept.insert(needs);
+  }
+  for (int64_t step : steps) {
+    if (kept.count(step)) continue;
+    const std::string path = CheckpointPath(dir, job_id, step, shard);
     env->RemoveFile(path).IgnoreError();
+    env->RemoveFile(NeedsPath(dir, job_id, step, shard)).IgnoreError();
     // Succeeds only once every shard's file is gone.
     env->RemoveDir(Dirname(path)).IgnoreError();
   }
-  if (steps.size() > kept) steps.resize(kept);
-  return steps;
+  return std::vector<int64_t>(kept.rbegin(), kept.rend());
 }
 
 CheckpointWriter::CheckpointWriter(Options options)
@@ -190,6 +214,8 @@ void CheckpointWriter::DropAfter(int64_t step) {
       env->RemoveFile(
              CheckpointPath(options_.dir, options_.job_id, s, options_.shard))
           .IgnoreError();
+      env->RemoveFile(NeedsPath(options_.dir, options_.job_id, s, options_.shard))
+          .IgnoreError();
     }
   }
   if (writing_ > step) writing_ = -1;
@@ -225,10 +251,22 @@ void CheckpointWriter::Run() {
     const std::string path =
         CheckpointPath(options_.dir, options_.job_id, file.step, options_.shard);
     const absl::Time start = env->Now();
+    absl::Status s;
     if (options_.more) {
-      for (auto& blob : options_.more()) file.partitions.push_back(std::move(blob));
+      Options::More more = options_.more(file.step);
+      for (auto& blob : more.blobs) file.partitions.push_back(std::move(blob));
+      // The sidecar goes first: a file that needs another is never on
+      // disk without saying so.
+      const std::string needs =
+          NeedsPath(options_.dir, options_.job_id, file.step, options_.shard);
+      if (more.needs >= 0 && more.needs != file.step) {
+        s = WriteFileAtomically(env, needs, absl::StrCat(more.needs, "\n"));
+      } else {
+        env->RemoveFile(needs).IgnoreError();  // an older one's, rewritten
+      }
     }
-    absl::Status s = WriteCheckpoint(env, path, file);
+    if (s.ok()) s = WriteCheckpoint(env, path, file);
+    if (options_.more_written) options_.more_written(file.step, s.ok());
     if (s.ok())
       PruneCheckpoints(env, options_.dir, options_.job_id, options_.shard,
                        options_.keep);

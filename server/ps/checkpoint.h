@@ -51,8 +51,20 @@ std::vector<int64_t> ListCheckpointSteps(Env* env, const std::string& dir,
                                          const std::string& job_id,
                                          int32_t shard);
 
-// Deletes this shard's files in all but the newest `keep` step directories
-// of the job (and step directories left empty). Returns the steps kept.
+// A file that needs another step's file too (the embedding tables'
+// differential needs their full save) says so in a sidecar beside it,
+// `shard-<i>.needs` (the step, in decimal): pruning keeps what kept files
+// need, across restarts of the shard.
+std::string NeedsPath(const std::string& dir, const std::string& job_id,
+                      int64_t step, int32_t shard);
+// The step the file of `step` needs (its sidecar), or -1.
+int64_t CheckpointNeeds(Env* env, const std::string& dir,
+                        const std::string& job_id, int64_t step,
+                        int32_t shard);
+
+// Deletes this shard's files (and sidecars) in all but the newest `keep`
+// step directories of the job - and the steps kept files need - and step
+// directories left empty. Returns the steps kept, newest first.
 std::vector<int64_t> PruneCheckpoints(Env* env, const std::string& dir,
                                       const std::string& job_id, int32_t shard,
                                       int keep);
@@ -75,10 +87,18 @@ class CheckpointWriter {
                        const absl::Status& status)>
         on_written;
     Env* env = Env::Default();  // Not owned.
-    // More blobs for each file (an embedding table's rows, keyed < 0),
-    // taken on the writer thread just before the file is written. May be
-    // null.
-    std::function<std::vector<std::pair<int32_t, std::string>>()> more;
+    // More blobs for each file (the embedding tables' rows, keyed < 0),
+    // taken on the writer thread just before the file of `step` is
+    // written, and the step whose file they need besides (a differential's
+    // full save; -1 or `step`: none). May be null.
+    struct More {
+      std::vector<std::pair<int32_t, std::string>> blobs;
+      int64_t needs = -1;
+    };
+    std::function<More(int64_t step)> more;
+    // Called on the writer thread after each attempt to write a file with
+    // more's blobs. May be null.
+    std::function<void(int64_t step, bool ok)> more_written;
   };
 
   explicit CheckpointWriter(Options options);

@@ -91,6 +91,33 @@ TEST(CheckpointTest, PruneKeepsTheNewest) {
       << "empty step dir removed";
 }
 
+// A kept file that needs an older one (its sidecar names it: an embedding
+// table's differential and its full save) keeps that one too.
+TEST(CheckpointTest, PruneKeepsWhatKeptFilesNeed) {
+  const std::string dir = Dir("prune_needs");
+  for (int64_t step : {100, 200, 300, 400}) {
+    CheckpointFile f = Sample();
+    f.step = step;
+    ASSERT_TRUE(
+        WriteCheckpoint(Env::Default(), CheckpointPath(dir, "job-7", step, 0), f).ok());
+  }
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(),
+                                  NeedsPath(dir, "job-7", 400, 0), "200\n")
+                  .ok());
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(),
+                                  NeedsPath(dir, "job-7", 300, 0), "200\n")
+                  .ok());
+  EXPECT_EQ(CheckpointNeeds(Env::Default(), dir, "job-7", 400, 0), 200);
+  EXPECT_EQ(PruneCheckpoints(Env::Default(), dir, "job-7", 0, 1),
+            (std::vector<int64_t>{400, 200}));
+  struct stat st;
+  EXPECT_EQ(stat(CheckpointPath(dir, "job-7", 200, 0).c_str(), &st), 0);
+  EXPECT_NE(stat(CheckpointPath(dir, "job-7", 300, 0).c_str(), &st), 0);
+  EXPECT_NE(stat(NeedsPath(dir, "job-7", 300, 0).c_str(), &st), 0)
+      << "a pruned file's sidecar goes with it";
+  EXPECT_NE(stat(CheckpointPath(dir, "job-7", 100, 0).c_str(), &st), 0);
+}
+
 TEST(CheckpointWriterTest, WritesOnceEveryPartitionReportedAndPrunes) {
   const std::string dir = Dir("writer");
   std::vector<int64_t> written;

@@ -123,5 +123,61 @@ TEST(EmbeddingRecoveryTest, CheckpointsCarryTheTablesRows) {
   EXPECT_EQ(job.embeddings().Find("user")->stats().resident, 0);
 }
 
+// Differential checkpoints (checkpoint.full_every): with keep 1 the newest
+// file is step 4's differential, and step 2's full save stays on disk
+// because it needs it (its sidecar says so); restoring step 4 brings every
+// row back exactly; without step 2, the restore fails with DATA_LOSS
+// naming it and changes nothing.
+TEST(EmbeddingRecoveryTest, DifferentialCheckpointsRestoreThroughTheirFullSave) {
+  const std::string dir = TestDir("embedding_diff_ckpt");
+  JobInit init = TinyJob({"a"});
+  init.spec.mutable_checkpoint()->set_every_steps(2);
+  init.spec.mutable_checkpoint()->set_dir(dir);
+  init.spec.mutable_checkpoint()->set_keep(1);
+  init.spec.mutable_checkpoint()->set_full_every(2);
+  v1::EmbeddingTableSpec* t = init.spec.add_embeddings();
+  t->set_name("user");
+  t->set_dim(4);
+  t->set_capacity(1000);
+  t->mutable_optimizer()->set_type("adagrad");
+  t->mutable_optimizer()->set_lr(0.1);
+  ApplyDefaults(&init.spec);
+  ASSERT_TRUE(ValidateJobSpec(init.spec).ok()) << ValidateJobSpec(init.spec);
+  auto created = JobShard::Create(init);
+  ASSERT_TRUE(created.ok()) << created.status();
+  JobShard& job = **created;
+  auto step = [&](int64_t s) {
+    PushRows(job, "user", 4, s, 0.5f + s);
+    std::vector<float> g(job.PartitionSize(0), 0.1f);
+    PushChunk c = Chunk(s, g, 1);
+    ASSERT_TRUE(Completed(job.Push(0, c)));
+  };
+  step(0);
+  step(1);
+  job.FlushCheckpoints();  // step 2: full
+  step(2);
+  step(3);
+  job.FlushCheckpoints();  // step 4: a differential against step 2
+  const std::vector<float> user4 = Rows(job, "user");
+  EXPECT_EQ(job.CheckpointSteps(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(CheckpointNeeds(Env::Default(), dir, "job-1", 4, 0), 2);
+  EXPECT_EQ(CheckpointNeeds(Env::Default(), dir, "job-1", 2, 0), -1);
+  step(4);
+  ASSERT_NE(Rows(job, "user"), user4);
+
+  ASSERT_TRUE(job.Adopt(2, {"a"}, 4).ok());
+  ASSERT_TRUE(job.Align(2, {"a"}, 4).ok());
+  EXPECT_EQ(Rows(job, "user"), user4);
+  EXPECT_EQ(job.embeddings().Find("user")->stats().resident, 40);
+
+  ASSERT_TRUE(Env::Default()->RemoveFile(CheckpointPath(dir, "job-1", 2, 0)).ok());
+  PushRows(job, "user", 4, 4, 1.0f);
+  const std::vector<float> before = Rows(job, "user");
+  absl::Status s = job.Adopt(3, {"a"}, 4).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("step 2"), std::string::npos) << s;
+  EXPECT_EQ(Rows(job, "user"), before);
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -111,7 +111,14 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
     // Checkpoints). embeddings_ outlives the writer (declared before it).
     if (!job->embeddings_->empty()) {
       EmbeddingTables* tables = job->embeddings_.get();
-      o.more = [tables] { return tables->Save(); };
+      o.more = [tables](int64_t step) {
+        EmbeddingTables::Saved saved = tables->Save(step);
+        return CheckpointWriter::Options::More{std::move(saved.blobs),
+                                               saved.base};
+      };
+      o.more_written = [tables](int64_t step, bool ok) {
+        tables->Written(step, ok);
+      };
     }
     job->checkpointer_ = std::make_unique<CheckpointWriter>(std::move(o));
   }

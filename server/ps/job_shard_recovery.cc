@@ -198,9 +198,23 @@ absl::Status JobShard::RestoreCheckpoint(int64_t step) {
         " partitions and tables; expected ", init_.job_id, " step ", step,
         " shard ", init_.shard_index, " with ", ids_.size(), " and ", tables));
   }
-  // Decode every blob before changing anything: all or nothing.
+  // Decode every blob before changing anything: all or nothing. The
+  // tables' differentials are made whole with the full save they name.
   absl::StatusOr<std::vector<SavedRows>> rows =
       embeddings_->Decode(file.partitions);
+  if (rows.ok()) {
+    rows = embeddings_->Resolve(
+        *std::move(rows),
+        [this](int64_t base)
+            -> absl::StatusOr<std::vector<std::pair<int32_t, std::string>>> {
+          ASSIGN_OR_RETURN(
+              CheckpointFile f,
+              ReadCheckpoint(init_.env,
+                             CheckpointPath(checkpoint_dir(), init_.job_id,
+                                            base, init_.shard_index)));
+          return std::move(f.partitions);
+        });
+  }
   if (!rows.ok()) {
     return absl::DataLossError(absl::StrCat(path, ": ", rows.status().message()));
   }

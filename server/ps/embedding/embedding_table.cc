@@ -154,6 +154,15 @@ void EmbeddingTable::ForEachRecord(
   }
 }
 
+void EmbeddingTable::ForEachRecordSince(
+    bool full,
+    const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn) {
+  for (auto& stripe : stripes_) {
+    absl::MutexLock lock(&stripe->mu);
+    stripe->store.ForEachRecordSince(full, fn);
+  }
+}
+
 void EmbeddingTable::Clear() {
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);

@@ -64,6 +64,13 @@ class EmbeddingTable {
   // stripe by stripe under each stripe's lock, most recent first within one.
   void ForEachRecord(
       const std::function<void(uint64_t, uint32_t, const float*)>& fn) const;
+  // The same for a differential checkpoint, with each row's `changed`:
+  // pushed since the last call with `full` set (RowStore::
+  // ForEachRecordSince). A row's bit clears under its stripe's lock as it
+  // is copied, so a push either lands in this copy or counts as changed.
+  void ForEachRecordSince(
+      bool full,
+      const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn);
   // Replaces every row with `ids` (records ids.size() x record_floats(),
   // most recent first, as ForEachRecord gave them). REQUIRES: no push runs
   // concurrently with the same rows in mind (JobShard restores while

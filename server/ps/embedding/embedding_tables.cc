@@ -1,6 +1,8 @@
 #include "server/ps/embedding/embedding_tables.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -23,7 +25,10 @@ std::string Short(std::string_view s) {
 EmbeddingTables::EmbeddingTables(const v1::JobSpec& spec, int shard,
                                  int shards, Env* env, int members,
                                  int64_t generation)
-    : shard_(shard), shards_(shards), chunk_bytes_(spec.chunk_bytes()) {
+    : shard_(shard),
+      shards_(shards),
+      chunk_bytes_(spec.chunk_bytes()),
+      full_every_(std::max(1, spec.checkpoint().full_every())) {
   for (const v1::EmbeddingTableSpec& t : spec.embeddings()) {
     tables_.push_back(std::make_unique<EmbeddingTable>(
         t, spec.seed(), RowsPerShard(t, shards), env));
@@ -34,12 +39,67 @@ EmbeddingTables::EmbeddingTables(const v1::JobSpec& spec, int shard,
   }
 }
 
-std::vector<std::pair<int32_t, std::string>> EmbeddingTables::Save() const {
-  std::vector<std::pair<int32_t, std::string>> out;
+EmbeddingTables::Saved EmbeddingTables::Save(int64_t step) {
+  absl::MutexLock lock(&save_mu_);
+  Saved out;
+  const bool full = need_full_ || full_base_ < 0 ||
+                    saves_since_full_ + 1 >= full_every_;
+  if (full) {
+    out.base = step;
+    pending_full_ = step;
+    need_full_ = false;
+    saves_since_full_ = 0;
+  } else {
+    out.base = full_base_;
+    ++saves_since_full_;
+  }
   for (size_t i = 0; i < tables_.size(); ++i) {
-    out.emplace_back(-1 - static_cast<int32_t>(i), SaveTable(*tables_[i]));
+    out.blobs.emplace_back(-1 - static_cast<int32_t>(i),
+                           SaveTable(*tables_[i], full ? -1 : full_base_));
   }
   return out;
+}
+
+void EmbeddingTables::Written(int64_t step, bool ok) {
+  absl::MutexLock lock(&save_mu_);
+  if (step != pending_full_) return;
+  pending_full_ = -1;
+  if (ok) {
+    full_base_ = step;
+  } else {
+    need_full_ = true;  // the rows it cleared are in no file
+  }
+}
+
+absl::StatusOr<std::vector<SavedRows>> EmbeddingTables::Resolve(
+    std::vector<SavedRows> saved, const BlobReader& read) const {
+  std::map<int64_t, std::vector<SavedRows>> bases;  // by step
+  for (SavedRows& rows : saved) {
+    if (rows.base_step < 0) continue;
+    const int64_t b = rows.base_step;
+    if (!bases.count(b)) {
+      absl::StatusOr<std::vector<std::pair<int32_t, std::string>>> blobs =
+          read(b);
+      absl::StatusOr<std::vector<SavedRows>> decoded =
+          blobs.ok() ? Decode(*blobs) : blobs.status();
+      if (!decoded.ok()) {
+        return absl::DataLossError(absl::StrCat(
+            "the tables' full save of step ", b, ", which a differential "
+            "needs: ", decoded.status().message()));
+      }
+      bases[b] = *std::move(decoded);
+    }
+    const std::vector<SavedRows>& base = bases[b];
+    const auto it = std::find_if(base.begin(), base.end(), [&](const SavedRows& s) {
+      return s.table == rows.table;
+    });
+    if (it == base.end()) {
+      return absl::DataLossError(absl::StrCat("step ", b, " holds no table '",
+                                              Short(rows.table), "'"));
+    }
+    ASSIGN_OR_RETURN(rows, ApplyDifferential(*it, rows));
+  }
+  return saved;
 }
 
 absl::StatusOr<std::vector<SavedRows>> EmbeddingTables::Decode(
@@ -70,10 +130,14 @@ void EmbeddingTables::Restore(const std::vector<SavedRows>& saved) {
   for (size_t i = 0; i < tables_.size() && i < saved.size(); ++i) {
     tables_[i]->Restore(saved[i].ids, saved[i].freq, saved[i].records);
   }
+  absl::MutexLock lock(&save_mu_);
+  need_full_ = true;  // the rows' changes since a full save are unknown
 }
 
 void EmbeddingTables::Clear() {
   for (auto& t : tables_) t->Clear();
+  absl::MutexLock lock(&save_mu_);
+  need_full_ = true;
 }
 
 void EmbeddingTables::ResetClocks(int members, int64_t clock,

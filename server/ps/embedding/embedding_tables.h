@@ -15,6 +15,7 @@
 #define FULCRUM_SERVER_PS_EMBEDDING_EMBEDDING_TABLES_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -95,13 +96,30 @@ class EmbeddingTables {
 
   // Checkpoints: every table's rows as a blob (table_format.h), keyed
   // -1 - table index, so that they share a checkpoint file with the dense
-  // partitions (ids >= 0).
-  std::vector<std::pair<int32_t, std::string>> Save() const;
+  // partitions (ids >= 0). Every checkpoint.full_every-th save is full
+  // (so is the first, the first after a restore and the one after a full
+  // save that was not written); the others are differentials against the
+  // last full one, whose step is `base` (a full save's own step).
+  struct Saved {
+    std::vector<std::pair<int32_t, std::string>> blobs;
+    int64_t base = -1;
+  };
+  Saved Save(int64_t step);
+  // The checkpoint file of `step` was written (ok) or not.
+  void Written(int64_t step, bool ok);
   // The tables' blobs among a checkpoint's (keys < 0): one for every table,
   // each decoded and checked. DATA_LOSS or INVALID_ARGUMENT; changes
-  // nothing.
+  // nothing. Differentials come back as such (SavedRows::base_step).
   absl::StatusOr<std::vector<SavedRows>> Decode(
       const std::vector<std::pair<int32_t, std::string>>& blobs) const;
+  // Differentials made whole: `read(step)` gives the blobs of the
+  // checkpoint a differential names. DATA_LOSS (naming that step) when it
+  // cannot be read or does not hold the rows.
+  using BlobReader =
+      std::function<absl::StatusOr<std::vector<std::pair<int32_t, std::string>>>(
+          int64_t step)>;
+  absl::StatusOr<std::vector<SavedRows>> Resolve(std::vector<SavedRows> saved,
+                                                 const BlobReader& read) const;
   // Replaces every table's rows with Decode's result.
   void Restore(const std::vector<SavedRows>& saved);
   // Every table back to its initial values (a restore of step 0).
@@ -125,6 +143,12 @@ class EmbeddingTables {
   const int shard_;
   const int shards_;
   const int64_t chunk_bytes_;
+  const int full_every_;
+  absl::Mutex save_mu_;  // the checkpoint writer's thread; restores
+  bool need_full_ ABSL_GUARDED_BY(save_mu_) = true;
+  int64_t full_base_ ABSL_GUARDED_BY(save_mu_) = -1;  // last full, written
+  int64_t pending_full_ ABSL_GUARDED_BY(save_mu_) = -1;
+  int saves_since_full_ ABSL_GUARDED_BY(save_mu_) = 0;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
   std::vector<int> staleness_;  // by table; -1: no bound
   std::vector<std::unique_ptr<ClockTable>> clocks_;  // by table; null: no bound

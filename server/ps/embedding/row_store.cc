@@ -77,6 +77,7 @@ RowStore::Pushed RowStore::Push(uint64_t id, const float* g, uint32_t count,
   AddFrequency(slot, std::max<uint32_t>(count, 1));
   float* r = row(slot);
   config_.optimizer.Apply(r, r + config_.dim, g, config_.dim);
+  SetChanged(slot, true);
   return result;
 }
 
@@ -93,6 +94,7 @@ uint32_t RowStore::TakeSlot() {
           static_cast<size_t>(rows_per_block_) * stride_));
       meta_.push_back(std::make_unique<Meta[]>(rows_per_block_));
     }
+    if (slot / 64 >= changed_.size()) changed_.push_back(0);
     return slot;
   }
   const uint32_t slot = Victim();
@@ -168,6 +170,7 @@ RowStore::Stats RowStore::stats() const {
   Stats s = stats_;
   s.bytes = static_cast<int64_t>(
       rows_.size() * rows_per_block_ * (stride_ * sizeof(float) + sizeof(Meta)) +
+      changed_.capacity() * sizeof(uint64_t) +
       index_.bytes() + free_.capacity() * sizeof(uint32_t) +
       (sketch_.has_value() ? sketch_->bytes() : 0));
   return s;
@@ -179,6 +182,8 @@ void RowStore::Clear() {
   slots_ = 0;
   free_.clear();
   free_.shrink_to_fit();
+  changed_.clear();
+  changed_.shrink_to_fit();
   index_ = RowIndex<KeyOf>(KeyOf{this});
   head_ = tail_ = kNone;
   freq_added_ = 0;
@@ -201,6 +206,15 @@ void RowStore::Insert(uint64_t id, const float* record, uint32_t freq,
   meta(slot).touch = static_cast<int32_t>(now);
   meta(slot).freq = freq;
   std::memcpy(row(slot), record, sizeof(float) * stride_);
+  SetChanged(slot, false);
+}
+
+void RowStore::ForEachRecordSince(
+    bool forget,
+    const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn) {
+  for (uint32_t s = head_; s != kNone; s = meta(s).next)
+    fn(meta(s).id, meta(s).freq, row(s), Changed(s));
+  if (forget) std::fill(changed_.begin(), changed_.end(), 0);
 }
 
 void RowStore::ForEachRecord(

@@ -89,6 +89,13 @@ class RowStore {
   void ForEachRecord(
       const std::function<void(uint64_t, uint32_t, const float*)>& fn) const;
   int record_floats() const { return stride_; }
+  // Differential checkpoints: fn(id, frequency, record, changed) for each
+  // resident row, most recent first; `changed`: pushed (or created) since
+  // the last call with `forget` set - which then leaves no row changed.
+  // Rows Insert put back count as unchanged.
+  void ForEachRecordSince(
+      bool forget,
+      const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn);
 
   // Calls fn(id, values, state) for each resident row, most recent first.
   void ForEachRow(
@@ -131,6 +138,14 @@ class RowStore {
   void LinkFront(uint32_t slot);
   void Remove(uint32_t slot);  // unlink, unindex, free
   void AddFrequency(uint32_t slot, uint32_t count);
+  bool Changed(uint32_t slot) const {
+    return (changed_[slot / 64] >> (slot % 64)) & 1;
+  }
+  void SetChanged(uint32_t slot, bool on) {
+    const uint64_t bit = uint64_t{1} << (slot % 64);
+    changed_[slot / 64] = on ? (changed_[slot / 64] | bit)
+                             : (changed_[slot / 64] & ~bit);
+  }
 
   const RowStoreConfig config_;
   const int stride_;  // floats per record: dim + optimizer state
@@ -139,6 +154,8 @@ class RowStore {
   std::vector<std::unique_ptr<Meta[]>> meta_;
   uint32_t slots_ = 0;            // slots handed out (high-water mark)
   std::vector<uint32_t> free_;    // slots freed by ttl, reused first
+  std::vector<uint64_t> changed_; // bit per slot: pushed since the last
+                                  // full checkpoint (ForEachRecordSince)
   RowIndex<KeyOf> index_;
   std::optional<AdmissionSketch> sketch_;  // min_count > 1
   uint32_t head_ = kNone;         // most recently pushed

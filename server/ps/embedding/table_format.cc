@@ -2,12 +2,14 @@
 
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace fulcrum {
 namespace {
 
-constexpr char kMagic[4] = {'F', 'E', 'T', '1'};
+constexpr char kMagic[4] = {'F', 'E', 'T', '2'};
+constexpr char kMagicV1[4] = {'F', 'E', 'T', '1'};
 
 template <typename T>
 void Put(std::string* out, T v) {
@@ -38,21 +40,27 @@ class Reader {
 
 }  // namespace
 
-std::string SaveTable(const EmbeddingTable& table) {
+std::string SaveTable(EmbeddingTable& table, int64_t base_step) {
+  const bool full = base_step < 0;
   std::string rows;
   uint64_t count = 0;
   const int record = table.record_floats();
-  table.ForEachRecord([&](uint64_t id, uint32_t freq, const float* r) {
-    Put(&rows, id);
-    Put(&rows, freq);
-    rows.append(reinterpret_cast<const char*>(r), sizeof(float) * record);
-    ++count;
-  });
+  table.ForEachRecordSince(
+      full, [&](uint64_t id, uint32_t freq, const float* r, bool changed) {
+        Put(&rows, id);
+        Put(&rows, freq);
+        const bool with = full || changed;
+        Put(&rows, static_cast<uint8_t>(with ? 1 : 0));
+        if (with)
+          rows.append(reinterpret_cast<const char*>(r), sizeof(float) * record);
+        ++count;
+      });
   std::string out(kMagic, sizeof(kMagic));
   Put(&out, static_cast<uint32_t>(table.name().size()));
   out += table.name();
   Put(&out, static_cast<int32_t>(table.dim()));
   Put(&out, static_cast<int32_t>(record));
+  Put(&out, static_cast<int64_t>(full ? -1 : base_step));
   Put(&out, count);
   out += rows;
   return out;
@@ -64,13 +72,19 @@ absl::StatusOr<SavedRows> DecodeTable(std::string_view blob,
   std::string_view magic, name;
   uint32_t name_size = 0;
   int32_t dim = 0, record = 0;
+  int64_t base_step = -1;
   uint64_t count = 0;
-  if (!r.Bytes(4, &magic) || std::memcmp(magic.data(), kMagic, 4) != 0 ||
-      !r.Get(&name_size) || !r.Bytes(name_size, &name) || !r.Get(&dim) ||
-      !r.Get(&record) || !r.Get(&count)) {
+  const auto not_a_table = [&] {
     return absl::DataLossError(
         absl::StrCat("saved table '", table.name(), "' is not a table blob (",
                      blob.size(), " bytes)"));
+  };
+  if (!r.Bytes(4, &magic)) return not_a_table();
+  const bool v1 = std::memcmp(magic.data(), kMagicV1, 4) == 0;
+  if (!v1 && std::memcmp(magic.data(), kMagic, 4) != 0) return not_a_table();
+  if (!r.Get(&name_size) || !r.Bytes(name_size, &name) || !r.Get(&dim) ||
+      !r.Get(&record) || (!v1 && !r.Get(&base_step)) || !r.Get(&count)) {
+    return not_a_table();
   }
   if (name != table.name() || dim != table.dim() ||
       record != table.record_floats()) {
@@ -79,25 +93,76 @@ absl::StatusOr<SavedRows> DecodeTable(std::string_view blob,
         " record ", record, " is not table '", table.name(), "' dim ",
         table.dim(), " record ", table.record_floats()));
   }
-  const size_t row_bytes = 12 + sizeof(float) * record;
-  if (count > r.left() / row_bytes || r.left() != count * row_bytes) {
-    return absl::DataLossError(absl::StrCat(
-        "saved table '", table.name(), "' says ", count, " rows in ",
-        r.left(), " bytes"));
-  }
+  const auto truncated = [&] {
+    return absl::DataLossError(absl::StrCat("saved table '", table.name(),
+                                            "' says ", count, " rows in ",
+                                            blob.size(), " bytes"));
+  };
+  // Each row takes at least its id, frequency and flag.
+  if (count > r.left() / 12) return truncated();
   SavedRows out;
   out.table = std::string(name);
   out.dim = dim;
   out.record = record;
+  out.base_step = base_step < 0 ? -1 : base_step;
   out.ids.resize(count);
   out.freq.resize(count);
-  out.records.resize(count * record);
+  if (out.base_step >= 0) out.has_record.resize(count);
+  out.records.reserve(base_step < 0 ? count * record : 0);
   for (uint64_t i = 0; i < count; ++i) {
+    uint8_t with = 1;
+    if (!r.Get(&out.ids[i]) || !r.Get(&out.freq[i]) || (!v1 && !r.Get(&with)) ||
+        with > 1 || (base_step < 0 && with != 1)) {
+      return truncated();
+    }
+    if (out.base_step >= 0) out.has_record[i] = with;
+    if (with == 0) continue;
     std::string_view floats;
-    r.Get(&out.ids[i]);
-    r.Get(&out.freq[i]);
-    r.Bytes(sizeof(float) * record, &floats);
-    std::memcpy(out.records.data() + i * record, floats.data(), floats.size());
+    if (!r.Bytes(sizeof(float) * record, &floats)) return truncated();
+    const size_t at = out.records.size();
+    out.records.resize(at + record);
+    std::memcpy(out.records.data() + at, floats.data(), floats.size());
+  }
+  if (r.left() != 0) return truncated();
+  return out;
+}
+
+absl::StatusOr<SavedRows> ApplyDifferential(const SavedRows& base,
+                                            const SavedRows& diff) {
+  if (base.base_step >= 0 || base.table != diff.table ||
+      base.record != diff.record) {
+    return absl::DataLossError(absl::StrCat(
+        "the base of table '", diff.table, "''s differential (step ",
+        diff.base_step, ") is not a full save of it"));
+  }
+  absl::flat_hash_map<uint64_t, size_t> in_base;
+  in_base.reserve(base.ids.size());
+  for (size_t i = 0; i < base.ids.size(); ++i) in_base[base.ids[i]] = i;
+  SavedRows out;
+  out.table = diff.table;
+  out.dim = diff.dim;
+  out.record = diff.record;
+  out.ids = diff.ids;
+  out.freq = diff.freq;
+  out.records.resize(diff.ids.size() * diff.record);
+  const size_t record = diff.record;
+  size_t next = 0;  // diff's next own record
+  for (size_t i = 0; i < diff.ids.size(); ++i) {
+    const float* from;
+    if (diff.has_record.empty() || diff.has_record[i]) {
+      from = diff.records.data() + next * record;
+      ++next;
+    } else {
+      auto it = in_base.find(diff.ids[i]);
+      if (it == in_base.end()) {
+        return absl::DataLossError(absl::StrCat(
+            "table '", diff.table, "': row ", diff.ids[i],
+            " is unchanged since step ", diff.base_step,
+            " but that save does not hold it"));
+      }
+      from = base.records.data() + it->second * record;
+    }
+    std::memcpy(out.records.data() + i * record, from, record * sizeof(float));
   }
   return out;
 }
