@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <thread>
@@ -17,8 +18,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/env/env.h"
 #include "common/testing/process.h"
+#include "common/testing/synthetic_clicks.h"
 #include "gtest/gtest.h"
+#include "server/ps/checkpoint.h"
+#include "server/ps/embedding/table_format.h"
 #include "tests/process_cluster.h"
 
 namespace fulcrum {
@@ -399,6 +404,102 @@ TEST_F(ShardFaultTest, KilledShardOfAnSspJobRestartsFromItsLastCheckpoint) {
 
 TEST_F(ShardFaultTest, CorruptCheckpointIsRejectedAndThePreviousOneUsed) {
   Run("corrupt_ckpt", true);
+}
+
+// The click model (fulcrum-worker, embedding_mlp) with its table's rows on
+// both shards - one of them holds no dense partition (the model has one) -
+// and differential checkpoints (full_every 2): SIGKILL a shard mid-job and
+// restart it. Every shard restores the newest complete checkpoint with
+// exactly the rows its file holds (each says so as it adopts), and the job
+// still reaches its AUC with every sample trained exactly once per epoch.
+TEST_F(FaultTest, KilledShardHoldingTableRowsRestoresThemAndTheJobFinishes) {
+  const std::string data = testing::TestTempDir() + "/kill_rows-data";
+  constexpr int kLines = 6400, kEpochs = 3, kEvery = 40;
+  ASSERT_TRUE(testing::WriteSyntheticClicks(data, kLines, 400, 11));
+  const std::string root = "--data_root=" + testing::TestTempDir();
+  ProcessCluster c("kill_rows",
+                   {.shards = 2,
+                    .workers = 2,
+                    .worker_flags = {root},
+                    .coordinator_flags = {"--lease_ms=2000", root}});
+  ASSERT_FALSE(c.address().empty()) << c.Logs();
+  const std::string dir = testing::TestTempDir() + "/kill_rows-ckpt";
+  const std::string path = testing::TestTempDir() + "/kill_rows.yaml";
+  std::ofstream(path) << "name: kill-rows\n"
+                      << "model: {type: embedding_mlp, table: cats, bottom: [8], top: [16]}\n"
+                      << "dataset: {dir: " << data << "}\n"
+                      << R"(optimizer: {type: adam, lr: 0.01}
+embeddings:
+  - {name: cats, dim: 4, capacity: 10000, optimizer: {type: adagrad, lr: 0.1}}
+batch_size: 32
+epochs: 3
+workers: {min: 2, max: 2}
+shards: 2
+seed: 5
+eval_every_steps: 100000
+)" << "checkpoint: {every_steps: " << kEvery << ", dir: " << dir
+                      << ", keep: 2, full_every: 2}\n";
+  const std::string job = Submit(c, path);
+  v1::JobStatus s = WaitFor(
+      c, job, [](const v1::JobStatus& s) { return s.checkpoint_step() >= 80; },
+      absl::Seconds(90), "checkpoint 80");
+  c.Kill("shard-2");
+  c.Restart("shard-2");
+  s = WaitFor(
+      c, job, [](const v1::JobStatus& s) { return Count(s, "restored") > 0; },
+      absl::Seconds(30), "the restore");
+  int64_t restored = -1;
+  for (const v1::MembershipEvent& e : s.events())
+    if (e.kind() == "restored") restored = e.step();
+  ASSERT_GE(restored, 80) << s.DebugString();
+  // Both shards restored; each logged how many rows it holds then, which is
+  // what its file of that step says (a differential names every resident
+  // row too).
+  int differentials = 0;
+  for (const std::string& log : {"shard-1.log", "shard-2.2.log"}) {
+    std::ifstream in(c.dir() + "/" + log);
+    const std::string text((std::istreambuf_iterator<char>(in)),
+                           std::istreambuf_iterator<char>());
+    std::smatch m;
+    const std::regex line(absl::StrCat("restored step ", restored,
+                                       " as shard ([01]), table cats ([0-9]+) rows"));
+    ASSERT_TRUE(std::regex_search(text, m, line)) << log << ":\n" << text;
+    const int shard = std::stoi(m[1]);
+    const uint64_t rows = std::stoull(m[2]);
+    auto file = ReadCheckpoint(Env::Default(),
+                               CheckpointPath(dir, job, restored, shard));
+    ASSERT_TRUE(file.ok()) << file.status();
+    int tables = 0;
+    for (const auto& [key, blob] : file->partitions) {
+      if (key >= 0) continue;
+      auto header = ReadTableHeader(blob);
+      ASSERT_TRUE(header.ok()) << header.status();
+      EXPECT_EQ(header->rows, rows) << log;
+      EXPECT_GT(rows, 0u) << log;
+      differentials += header->base_step >= 0;
+      ++tables;
+    }
+    EXPECT_EQ(tables, 1) << log;
+  }
+  // Every other checkpoint is a differential (the first, step 40, is full).
+  EXPECT_EQ(differentials, (restored / kEvery) % 2 == 0 ? 2 : 0)
+      << "step " << restored;
+
+  s = WaitFor(c, job, [](const v1::JobStatus& s) { return Ended(s); },
+              absl::Minutes(3), "the job to end");
+  ASSERT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
+  EXPECT_GE(s.progress().test_accuracy(), 0.88) << "the test AUC";
+  s = WaitFor(
+      c, job,
+      [&](const v1::JobStatus& s) {
+        if (s.epochs_size() != kEpochs) return false;
+        for (const v1::EpochSamples& e : s.epochs())
+          if (e.trained() != kLines) return false;
+        return true;
+      },
+      absl::Seconds(10), "every epoch's ledger to be complete");
+  for (const v1::EpochSamples& e : s.epochs())
+    EXPECT_EQ(e.trained(), kLines) << "epoch " << e.epoch();
 }
 
 }  // namespace

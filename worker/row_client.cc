@@ -83,15 +83,25 @@ absl::Status RowClient::RunAll(
     std::vector<int> again;
     for (int i : todo) {
       if (result[i].ok()) continue;
-      if (result[i].code() != absl::StatusCode::kUnavailable) return result[i];
+      // NOT_FOUND: a restarted shard that does not hold the job yet (the
+      // coordinator is re-initialising it), as the dense channel treats it.
+      // The callers check the table against the job's spec first.
+      if (result[i].code() != absl::StatusCode::kUnavailable &&
+          result[i].code() != absl::StatusCode::kNotFound) {
+        return result[i];
+      }
       last = result[i];
       again.push_back(i);
     }
     todo = std::move(again);
     if (todo.empty()) break;
     if (absl::Now() + backoff >= deadline) {
-      return absl::UnavailableError(absl::StrCat(
-          "embedding rows: a shard stayed unavailable: ", last.message()));
+      return absl::Status(last.code(),
+                          absl::StrCat("embedding rows: a shard stayed ",
+                                       last.code() == absl::StatusCode::kNotFound
+                                           ? "without the job"
+                                           : "unavailable",
+                                       ": ", last.message()));
     }
     absl::SleepFor(backoff);
     backoff = std::min(2 * backoff, options_.max_backoff);

@@ -2,9 +2,12 @@
 // a batch's pulls and pushes split by shard (common/embedding/placement.h),
 // duplicate ids pulled once and their gradients summed, each shard's part
 // cut into requests of at most chunk_bytes, every shard's requests in
-// flight at once through a RowChannel, and UNAVAILABLE answers retried with
-// backoff until the call's timeout (a repeated push is harmless: the shard
-// acknowledges it without applying it again). No gRPC types.
+// flight at once through a RowChannel, and UNAVAILABLE and NOT_FOUND answers
+// (a shard down, or restarted and not yet holding the job again) retried
+// with backoff until the call's timeout (a repeated push is harmless: the
+// shard acknowledges it without applying it again). Callers check the table
+// against the job's spec first: an unknown table is retried too. No gRPC
+// types.
 //
 // Thread safety: Pull and Push may be called concurrently (different
 // tables, or a prefetch beside a push); the channel must allow it.

@@ -124,16 +124,27 @@ TEST_F(RowClientTest, RetriesUnavailableUntilItsTimeout) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// NOT_FOUND (a restarted shard that does not hold the job yet) is retried
+// like UNAVAILABLE, and ends as NOT_FOUND at the timeout.
+TEST_F(RowClientTest, NotFoundIsRetriedUntilTheTimeout) {
+  Flaky counting(local_.get(), 0);
+  std::vector<float> rows(4);
+  const uint64_t id = 1;
+  absl::Status s = Client(&counting, absl::Milliseconds(200))
+                       .Pull("item", 4, {&id, 1}, rows.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("without the job"), std::string::npos) << s;
+  EXPECT_GT(counting.calls.load(), 1);
+}
+
 TEST_F(RowClientTest, OtherErrorsAreNotRetried) {
   Flaky counting(local_.get(), 0);
   std::vector<float> rows(4);
   const uint64_t id = 1;
-  absl::Status s = Client(&counting).Pull("item", 4, {&id, 1}, rows.data());
-  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
-  EXPECT_EQ(counting.calls.load(), 1);
   std::vector<float> nan(4, std::nanf(""));
-  s = Client(&counting).Push("user", 4, 0, {&id, 1}, nan);
+  absl::Status s = Client(&counting).Push("user", 4, 0, {&id, 1}, nan);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(counting.calls.load(), 3) << "one call to each of the 3 shards";
   ChannelOptions stale;
   stale.worker_id = "w-1";
   stale.generation = 0;

@@ -201,6 +201,20 @@ void CheckpointWriter::Add(int64_t step, int32_t partition, std::string blob) {
   changed_.SignalAll();
 }
 
+void CheckpointWriter::Complete(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (step <= last_written_ || step == writing_) return;
+  for (const CheckpointFile& f : ready_) {
+    if (f.step == step) return;
+  }
+  CheckpointFile file;
+  file.job_id = options_.job_id;
+  file.step = step;
+  file.shard = options_.shard;
+  ready_.push_back(std::move(file));
+  changed_.SignalAll();
+}
+
 void CheckpointWriter::DropAfter(int64_t step) {
   absl::MutexLock lock(&mu_);
   collecting_.erase(collecting_.upper_bound(step), collecting_.end());

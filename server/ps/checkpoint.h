@@ -108,6 +108,10 @@ class CheckpointWriter {
   // `blob` is the partition's SavePartition state at `step`.
   // A partition added twice for a step replaces its first blob.
   void Add(int64_t step, int32_t partition, std::string blob);
+  // A shard holding no partition (only embedding rows: partitions_here is
+  // 0) has nothing to Add: its file of `step`, more's blobs alone, is
+  // written when it says so. Ignored for a step written or queued already.
+  void Complete(int64_t step);
   // Forgets pending and written checkpoints of steps after `step` (the job
   // was rolled back to it: they belong to a discarded history).
   void DropAfter(int64_t step);

@@ -179,5 +179,64 @@ TEST(EmbeddingRecoveryTest, DifferentialCheckpointsRestoreThroughTheirFullSave) 
   EXPECT_EQ(Rows(job, "user"), before);
 }
 
+// A shard that holds no dense partition (more shards than partitions) but
+// holds rows checkpoints them too, once every member pushed every table
+// for the steps before N (the rows' clocks), and restores them.
+TEST(EmbeddingRecoveryTest, AShardWithRowsButNoPartitionCheckpointsThem) {
+  const std::string dir = TestDir("rows_only_ckpt");
+  JobInit init = TinyJob({"a", "b"});
+  init.spec.set_shards(2);
+  init.num_shards = 2;
+  init.shard_index = 1;  // the tiny model's one partition is on shard 0
+  init.spec.mutable_checkpoint()->set_every_steps(2);
+  init.spec.mutable_checkpoint()->set_dir(dir);
+  v1::EmbeddingTableSpec* t = init.spec.add_embeddings();
+  t->set_name("user");
+  t->set_dim(2);
+  t->set_capacity(1000);
+  t->mutable_optimizer()->set_type("adagrad");
+  t->mutable_optimizer()->set_lr(0.1);
+  ApplyDefaults(&init.spec);
+  ASSERT_TRUE(ValidateJobSpec(init.spec).ok()) << ValidateJobSpec(init.spec);
+  auto created = JobShard::Create(init);
+  ASSERT_TRUE(created.ok()) << created.status();
+  JobShard& job = **created;
+  ASSERT_TRUE(job.partition_ids().empty());
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 0; ids.size() < 10; ++id)
+    if (ShardOfRow(id, 2) == 1) ids.push_back(id);
+  auto push = [&](const std::string& w, int64_t step) {
+    std::vector<float> g(ids.size() * 2, 0.5f + step);
+    RowsPush p;
+    p.table = "user";
+    p.generation = job.generation();
+    p.step = step;
+    p.ids = ids;
+    p.gradients = reinterpret_cast<const char*>(g.data());
+    p.gradient_bytes = g.size() * 4;
+    ASSERT_TRUE(job.PushRows(w, p).ok());
+  };
+  auto rows = [&] {
+    std::vector<float> out;
+    EXPECT_TRUE(job.PullRows("a", job.generation(), "user", ids, &out).ok());
+    return out;
+  };
+  push("a", 0);
+  push("b", 0);
+  push("a", 1);
+  job.FlushCheckpoints();
+  EXPECT_TRUE(job.CheckpointSteps().empty()) << "b has not finished step 1";
+  push("b", 1);
+  job.FlushCheckpoints();
+  ASSERT_EQ(job.CheckpointSteps(), (std::vector<int64_t>{2}));
+  const std::vector<float> at2 = rows();
+  push("a", 2);
+  push("b", 2);
+  ASSERT_NE(rows(), at2);
+  ASSERT_TRUE(job.Adopt(2, {"a", "b"}, 2).ok());
+  ASSERT_TRUE(job.Align(2, {"a", "b"}, 2).ok());
+  EXPECT_EQ(rows(), at2);
+}
+
 }  // namespace
 }  // namespace fulcrum

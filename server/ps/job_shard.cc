@@ -102,7 +102,9 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
   const std::vector<int32_t> ids =
       job->layout_.PartitionsOfShard(init.shard_index);
   const v1::CheckpointSpec& ck = init.spec.checkpoint();
-  if (ck.every_steps() > 0 && !ids.empty()) {
+  // A shard holding no partition but embedding rows checkpoints them by
+  // the members' row pushes (row_clocks_, job_shard_embeddings.cc).
+  if (ck.every_steps() > 0 && (!ids.empty() || !job->embeddings_->empty())) {
     CheckpointWriter::Options o{job->checkpoint_dir(), init.job_id,
                                 init.shard_index,
                                 static_cast<int>(ids.size()), ck.keep(),
@@ -121,6 +123,11 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
       };
     }
     job->checkpointer_ = std::make_unique<CheckpointWriter>(std::move(o));
+    if (ids.empty()) {
+      job->row_clocks_ = std::make_unique<ClockTable>(
+          static_cast<int>(init.workers.size()),
+          static_cast<int>(init.spec.embeddings_size()), init.generation);
+    }
   }
   Aggregator::Context context{init.job_id,
                               job->optimizer_,

@@ -82,6 +82,8 @@ struct Adopted {
   // (the restored step when restoring); -1 when no partition is held here.
   int64_t min_version = 0;
   std::vector<int64_t> checkpoint_steps;  // this shard's files on disk
+  // When restoring: each embedding table's resident rows afterwards.
+  std::vector<std::pair<std::string, int64_t>> restored_rows;
 };
 
 // Reconfigure phase 2's answer.
@@ -273,6 +275,11 @@ class JobShard {
   // Records a refused update of `partition` (called without p.mu).
   void NoteNonFinite(int32_t partition, const PartitionState::Rejected& r);
   std::unique_ptr<EmbeddingTables> embeddings_;
+  // A shard with rows but no partition: each member's clock moves when it
+  // pushed every table for a step; checkpoint N is taken once every
+  // member's reached N (clock_checkpoint_). Null otherwise.
+  std::unique_ptr<ClockTable> row_clocks_;
+  void MaybeCheckpointRows();
   std::unique_ptr<CheckpointWriter> checkpointer_;
   // After checkpointer_: destroyed first, it points to it.
   std::unique_ptr<Aggregator> aggregator_;

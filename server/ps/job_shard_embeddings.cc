@@ -28,7 +28,24 @@ absl::StatusOr<RowsPushed> JobShard::PushRows(const std::string& worker_id,
         absl::StrCat("job ", init_.job_id, " ended"));
   }
   ASSIGN_OR_RETURN(const int member, MemberIndex(worker_id, push.generation));
-  return embeddings_->Push(worker_id, push, member);
+  ASSIGN_OR_RETURN(RowsPushed pushed,
+                   embeddings_->Push(worker_id, push, member));
+  if (row_clocks_ != nullptr && pushed.completes &&
+      row_clocks_->PartitionDone(member, push.step, push.generation)) {
+    MaybeCheckpointRows();
+  }
+  return pushed;
+}
+
+void JobShard::MaybeCheckpointRows() {
+  const int64_t every = init_.spec.checkpoint().every_steps();
+  const int64_t clock = row_clocks_->MinClock();
+  if (clock == INT64_MAX || clock < every) return;
+  const int64_t step = clock / every * every;
+  absl::MutexLock serial(&clock_checkpoint_mu_);
+  if (step <= clock_checkpoint_) return;
+  clock_checkpoint_ = step;
+  checkpointer_->Complete(step);
 }
 
 int64_t JobShard::ExpireRows() {

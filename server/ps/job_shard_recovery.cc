@@ -65,6 +65,10 @@ absl::StatusOr<Adopted> JobShard::Adopt(
   // partitions) and has no say in the version the round aligns to.
   adopted.min_version = ids_.empty() ? -1 : (lo == INT64_MAX ? 0 : lo);
   adopted.checkpoint_steps = CheckpointSteps();
+  if (restore_step.has_value()) {
+    for (const auto& t : embeddings_->tables())
+      adopted.restored_rows.emplace_back(t->name(), t->stats().resident);
+  }
   return adopted;
 }
 
@@ -108,7 +112,8 @@ absl::StatusOr<Aligned> JobShard::Align(
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(to);
   clocks_.Reset(members, to, generation);
   embeddings_->ResetClocks(members, to, generation);
-  if (mode_ != Mode::kSync) {
+  if (row_clocks_ != nullptr) row_clocks_->Reset(members, to, generation);
+  if (mode_ != Mode::kSync || row_clocks_ != nullptr) {
     absl::MutexLock lock(&clock_checkpoint_mu_);
     clock_checkpoint_ = to;
   }

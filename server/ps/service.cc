@@ -315,9 +315,14 @@ grpc::Status ParameterServerService::Reconfigure(
     absl::StatusOr<Adopted> adopted =
         job.Adopt(request->generation(), workers, restore);
     if (!adopted.ok()) return ToGrpcStatus(adopted.status());
+    std::string rows;
+    for (const auto& [table, n] : adopted->restored_rows)
+      absl::StrAppend(&rows, ", table ", table, " ", n, " rows");
     std::cerr << "fulcrum-server: job " << request->job_id() << " generation "
               << request->generation() << " adopted"
-              << (restore ? absl::StrCat(" (restored step ", *restore, ")")
+              << (restore ? absl::StrCat(" (restored step ", *restore,
+                                         " as shard ", job.init().shard_index,
+                                         rows, ")")
                           : "")
               << "\n";
     response->set_min_version(adopted->min_version);

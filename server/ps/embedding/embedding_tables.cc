@@ -307,6 +307,8 @@ absl::StatusOr<RowsPushed> EmbeddingTables::Push(const std::string& worker,
   const EmbeddingTable::Pushed p = t.Push(push.ids, g.data(), push.counts);
   out.applied = p.applied;
   out.pending = p.pending;
+  out.completes = completes;
+  out.table = index;
   // The step's rows are all in: the member's clock moves (after applying,
   // so a read the clock lets through sees them).
   if (completes && member >= 0 && clocks_[index] != nullptr) {

@@ -60,6 +60,8 @@ struct RowsPushed {
   int64_t applied = 0;
   int64_t pending = 0;
   bool repeat = false;
+  bool completes = false;  // every chunk of the member's step has arrived
+  int table = -1;          // the table's index
 };
 
 class EmbeddingTables {

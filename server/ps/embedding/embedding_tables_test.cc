@@ -1,4 +1,5 @@
 #include "server/ps/embedding/embedding_tables.h"
+#include "server/ps/embedding/table_format.h"
 
 #include <algorithm>
 #include <cstring>
@@ -327,6 +328,13 @@ TEST(EmbeddingTablesTest, DifferentialSavesHoldTheChangedRowsAndRestoreExactly) 
   auto decoded = a.Decode(diff.blobs);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ((*decoded)[0].base_step, 10);
+  auto header = ReadTableHeader(diff.blobs[0].second);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->table, "user");
+  EXPECT_EQ(header->base_step, 10);
+  EXPECT_EQ(static_cast<int64_t>(header->rows), resident);
+  EXPECT_EQ(ReadTableHeader(full.blobs[0].second)->base_step, -1);
+  EXPECT_EQ(ReadTableHeader("FET").status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(static_cast<int64_t>((*decoded)[0].ids.size()), resident);
   int with_records = 0;
   for (uint8_t h : (*decoded)[0].has_record) with_records += h;

@@ -66,6 +66,29 @@ std::string SaveTable(EmbeddingTable& table, int64_t base_step) {
   return out;
 }
 
+absl::StatusOr<TableBlobHeader> ReadTableHeader(std::string_view blob) {
+  Reader r(blob);
+  std::string_view magic, name;
+  uint32_t name_size = 0;
+  TableBlobHeader h;
+  int32_t dim = 0, record = 0;
+  if (!r.Bytes(4, &magic) ||
+      (std::memcmp(magic.data(), kMagic, 4) != 0 &&
+       std::memcmp(magic.data(), kMagicV1, 4) != 0)) {
+    return absl::DataLossError("not a table blob");
+  }
+  const bool v1 = std::memcmp(magic.data(), kMagicV1, 4) == 0;
+  if (!r.Get(&name_size) || !r.Bytes(name_size, &name) || !r.Get(&dim) ||
+      !r.Get(&record) || (!v1 && !r.Get(&h.base_step)) || !r.Get(&h.rows)) {
+    return absl::DataLossError("a truncated table blob");
+  }
+  h.table = std::string(name);
+  h.dim = dim;
+  h.record = record;
+  if (h.base_step < 0) h.base_step = -1;
+  return h;
+}
+
 absl::StatusOr<SavedRows> DecodeTable(std::string_view blob,
                                       const EmbeddingTable& table) {
   Reader r(blob);

@@ -40,6 +40,17 @@ struct SavedRows {
 // the rows pushed since that save only.
 std::string SaveTable(EmbeddingTable& table, int64_t base_step);
 
+// What a blob says of itself, without a table to check it against (tools,
+// tests): DATA_LOSS when it is not a table blob.
+struct TableBlobHeader {
+  std::string table;
+  int dim = 0;
+  int record = 0;
+  int64_t base_step = -1;  // >= 0: a differential
+  uint64_t rows = 0;       // every resident row
+};
+absl::StatusOr<TableBlobHeader> ReadTableHeader(std::string_view blob);
+
 // DATA_LOSS when the blob is truncated or not a table's; INVALID_ARGUMENT
 // when it is another table's or another shape's than `table`.
 absl::StatusOr<SavedRows> DecodeTable(std::string_view blob,
