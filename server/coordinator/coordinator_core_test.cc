@@ -325,6 +325,32 @@ TEST_F(CoordinatorTest, WorkersThatCannotLoadAreNotAskedAgainSlowOnesJoin) {
   EXPECT_EQ(status.workers_size(), 2);
 }
 
+// More shards than partitions: a shard holding nothing of the job writes no
+// checkpoint, and the others' files are complete checkpoints without it.
+TEST_F(CoordinatorTest, ACheckpointIsCompleteWithoutAShardThatHoldsNothing) {
+  auto id = coordinator_.SubmitJob(Spec(1, 1, 2));
+  AddWorker();
+  const std::string s1 = AddShard("127.0.0.1:1");
+  const std::string s2 = AddShard("127.0.0.1:2");
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  auto beat = [&](const std::string& shard, std::vector<int64_t> steps,
+                  bool nothing) {
+    v1::ShardHeartbeatRequest r;
+    r.set_shard_id(shard);
+    v1::ShardJobStats* stats = r.add_jobs();
+    stats->set_job_id(*id);
+    for (int64_t step : steps) stats->add_checkpoint_steps(step);
+    stats->set_checkpoints_nothing(nothing);
+    ASSERT_TRUE(coordinator_.ShardHeartbeat(r).ok());
+  };
+  beat(s1, {100, 200}, false);
+  beat(s2, {}, false);
+  EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 0);
+  beat(s2, {}, true);
+  EXPECT_EQ(coordinator_.GetJob(*id)->checkpoint_step(), 200);
+}
+
 TEST_F(CoordinatorTest, LostShardIsReplacedFromTheNewestGoodCheckpoint) {
   auto id = coordinator_.SubmitJob(Spec(1, 1, 2));
   const std::string w = AddWorker();

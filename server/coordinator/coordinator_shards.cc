@@ -94,6 +94,11 @@ void Coordinator::TakeShardStats(const std::string& shard_id,
       TakeNonFinite(*job, shard_id, stats.nonfinite(), e);
     job->checkpoint_steps[index].assign(stats.checkpoint_steps().begin(),
                                         stats.checkpoint_steps().end());
+    if (stats.checkpoints_nothing()) {
+      job->checkpoints_nothing.insert(index);
+    } else {
+      job->checkpoints_nothing.erase(index);
+    }
     if (job->external() && stats.generation() == job->status.generation()) {
       if (stats.initialized()) {
         job->awaiting_values.erase(index);

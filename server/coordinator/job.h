@@ -62,6 +62,9 @@ struct Job {
   std::set<int64_t> bad_checkpoints;  // failed to restore
   // Checkpoint steps on disk, by shard index (from heartbeats).
   std::map<int, std::vector<int64_t>> checkpoint_steps;
+  // Shard indexes with nothing of the job to checkpoint (no partition, no
+  // table): a checkpoint is complete without them.
+  std::set<int> checkpoints_nothing;
   absl::Time recover_after = absl::InfinitePast();  // kRecovering
   absl::Time ready_since = absl::InfinitePast();    // kWaiting: min idle
   std::vector<std::string> shard_addresses;         // by shard index

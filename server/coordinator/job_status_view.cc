@@ -66,15 +66,19 @@ void CapEpochs(v1::JobStatus* s, int max_listed) {
 namespace {
 
 // A checkpoint is complete once every shard index has it on disk.
+// Shards with nothing of the job to checkpoint do not count.
 void AddCheckpoints(const Job& job, v1::JobStatus* out) {
   std::set<int64_t> common;
+  bool first = true;
   for (int i = 0; i < job.status.shards_size(); ++i) {
+    if (job.checkpoints_nothing.count(i)) continue;
     auto it = job.checkpoint_steps.find(i);
     std::set<int64_t> here;
     if (it != job.checkpoint_steps.end())
       here.insert(it->second.begin(), it->second.end());
-    if (i == 0) {
+    if (first) {
       common = std::move(here);
+      first = false;
       continue;
     }
     for (auto c = common.begin(); c != common.end();)

@@ -37,21 +37,25 @@ absl::Status InitFreshShards(const RoundPlan& plan, ShardControl* shards) {
   return absl::OkStatus();
 }
 
-// Which checkpoints every shard has on disk now (heartbeats lag): the
-// newest of them that has not failed to load (0: none, the initial
-// parameters).
+// Which checkpoints every shard has on disk now (heartbeats lag; shards
+// with nothing of the job to checkpoint aside): the newest of them that has
+// not failed to load (0: none, the initial parameters).
 absl::StatusOr<int64_t> ProbeRestoreStep(const RoundPlan& plan,
                                          ShardControl* shards) {
   const v1::ReconfigureRequest request = Phase1(plan);
   std::set<int64_t> common;
+  bool first = true;
   for (size_t i = 0; i < plan.addresses.size(); ++i) {
     absl::StatusOr<v1::ReconfigureResponse> r =
         shards->Reconfigure(plan.addresses[i], request);
     if (!r.ok()) return AtShard(plan.addresses[i], r.status());
+    // A shard with nothing of the job to checkpoint has no say.
+    if (r->checkpoints_nothing()) continue;
     std::set<int64_t> here(r->checkpoint_steps().begin(),
                            r->checkpoint_steps().end());
-    if (i == 0) {
+    if (first) {
       common = std::move(here);
+      first = false;
       continue;
     }
     for (auto it = common.begin(); it != common.end();)

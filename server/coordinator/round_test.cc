@@ -69,6 +69,22 @@ TEST(RoundTest, RestoresTheNewestCheckpointEveryShardHasThatNeverFailed) {
   EXPECT_NE(r.status().message().find("127.0.0.1:1"), std::string::npos);
 }
 
+// A shard with nothing of the job to checkpoint (no partition, no table)
+// writes no files: the restore step comes from the others' (it used to make
+// every checkpoint incomplete, and a recovery restart from step 0).
+TEST(RoundTest, AShardWithNothingToCheckpointHasNoSayInTheRestoreStep) {
+  testing::FakeShards shards;
+  shards.disk = {{"127.0.0.1:1", {2, 4, 6}}, {"127.0.0.1:2", {}}};
+  shards.holds_nothing = {"127.0.0.1:2"};
+  absl::StatusOr<RoundResult> r = RunRound(Plan(true), &shards);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->restore_step, 6);
+  shards.holds_nothing.clear();
+  r = RunRound(Plan(true), &shards);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->restore_step, 0) << "an empty shard that holds state";
+}
+
 TEST(RoundTest, AFailedCallFailsTheRoundNamingTheShard) {
   testing::FakeShards shards;
   shards.failing["127.0.0.1:2"] = absl::UnavailableError("down");

@@ -32,6 +32,7 @@ v1::ShardJobStats JobReport(JobShard& job, const std::string& shard_id,
   }
   out.set_checkpoint_step(std::max<int64_t>(0, job.LastCheckpoint()));
   for (int64_t step : job.CheckpointSteps()) out.add_checkpoint_steps(step);
+  out.set_checkpoints_nothing(job.CheckpointsNothing());
   out.set_generation(job.generation());
   Ledger ledger;
   if (job.Ledger(&ledger)) {

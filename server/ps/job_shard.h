@@ -101,6 +101,11 @@ class JobShard {
   ~JobShard();
 
   const JobInit& init() const { return init_; }
+  // Neither a partition nor an embedding table of the job is here (more
+  // shards than partitions): nothing to checkpoint.
+  bool CheckpointsNothing() const {
+    return ids_.empty() && embeddings_->empty();
+  }
   const ParameterLayout& layout() const { return layout_; }
   // Partition ids held here, ascending.
   const std::vector<int32_t>& partition_ids() const { return ids_; }

@@ -328,6 +328,7 @@ grpc::Status ParameterServerService::Reconfigure(
     response->set_min_version(adopted->min_version);
     for (int64_t step : adopted->checkpoint_steps)
       response->add_checkpoint_steps(step);
+    response->set_checkpoints_nothing(job.CheckpointsNothing());
     return grpc::Status::OK;
   }
   absl::StatusOr<Aligned> aligned =

@@ -60,6 +60,7 @@ class FakeShards : public ShardControl {
     response.set_initialized(!awaiting_values.count(address));
     response.set_min_version(versions.count(address) ? versions[address] : 0);
     for (int64_t step : disk[address]) response.add_checkpoint_steps(step);
+    response.set_checkpoints_nothing(holds_nothing.count(address) > 0);
     if (r.align_version() >= 0 && address == ledger_address) {
       response.set_has_ledger(true);
       for (const v1::LedgerEntry& e : ledger) *response.add_ledger() = e;
@@ -87,6 +88,7 @@ class FakeShards : public ShardControl {
   std::vector<std::string> pulls;
   absl::Status next_status;
   std::map<std::string, int64_t> versions;  // phase 1 min_version by address
+  std::set<std::string> holds_nothing;      // checkpoints_nothing, by address
   std::set<std::string> awaiting_values;    // shards without values
   std::set<int64_t> bad_steps;              // checkpoints that fail to load
   std::map<std::string, absl::Status> failing;  // Reconfigure fails there
