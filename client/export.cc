@@ -1,5 +1,6 @@
 #include "client/export.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -20,10 +21,14 @@ absl::Status ModelAssembler::Add(const v1::ExportChunk& chunk) {
                          spec.model().layers().end());
     model_.params.assign(layout_->total_size(), 0.0f);
     received_.assign(layout_->partitions().size(), 0);
+    tables_.clear();
+    for (const v1::EmbeddingTableSpec& t : spec.embeddings())
+      tables_.push_back({t.name(), t.dim(), {}, {}});
     return absl::OkStatus();
   }
   if (!layout_.has_value())
     return absl::InvalidArgumentError("a chunk came before the job's spec");
+  if (chunk.has_rows()) return AddRows(chunk.shard(), chunk.rows());
   const v1::Params& p = chunk.params();
   if (p.partition() < 0 ||
       p.partition() >= static_cast<int32_t>(received_.size())) {
@@ -41,6 +46,26 @@ absl::Status ModelAssembler::Add(const v1::ExportChunk& chunk) {
               p.data().data(), n * sizeof(float));
   received_[p.partition()] += n;
   versions_.insert(p.version());
+  return absl::OkStatus();
+}
+
+absl::Status ModelAssembler::AddRows(int32_t shard, const v1::RowsPage& page) {
+  auto t = std::find_if(tables_.begin(), tables_.end(),
+                        [&](const ExportedTable& e) { return e.name == page.table(); });
+  const size_t n = page.ids().size() / sizeof(uint64_t);
+  if (t == tables_.end() || page.dim() != t->dim ||
+      page.ids().size() % sizeof(uint64_t) != 0 ||
+      page.values().size() != n * t->dim * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat(
+        "shard ", shard, " sent a bad page of rows (table '",
+        page.table().substr(0, 64), "')"));
+  }
+  const size_t ids = t->ids.size(), values = t->values.size();
+  t->ids.resize(ids + n);
+  std::memcpy(t->ids.data() + ids, page.ids().data(), page.ids().size());
+  t->values.resize(values + n * t->dim);
+  std::memcpy(t->values.data() + values, page.values().data(),
+              page.values().size());
   return absl::OkStatus();
 }
 

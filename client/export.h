@@ -1,6 +1,7 @@
 // `fulcrumctl export`: assembles a job's parameters, as the coordinator's
-// ExportJob streams them (the spec, then every shard's chunks), into a
-// model file (common/tensor/model_file.h). No network here: fulcrumctl
+// ExportJob streams them (the spec, then every shard's chunks, then every
+// shard's embedding rows), into a model file (common/tensor/model_file.h)
+// and the tables (common/tensor/table_file.h). No network here: fulcrumctl
 // feeds it the stream.
 #ifndef FULCRUM_CLIENT_EXPORT_H_
 #define FULCRUM_CLIENT_EXPORT_H_
@@ -13,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "common/tensor/layout.h"
 #include "common/tensor/model_file.h"
+#include "common/tensor/table_file.h"
 #include "fulcrum/v1/coordinator.pb.h"
 
 namespace fulcrum {
@@ -26,8 +28,13 @@ class ModelAssembler {
   // DATA_LOSS, or FAILED_PRECONDITION (the job is still training: export it
   // once it ended).
   absl::StatusOr<ModelFile> Finish();
+  // The job's embedding tables as the pages came (every table of the spec,
+  // empty ones too); valid after Add saw the spec.
+  const std::vector<ExportedTable>& tables() const { return tables_; }
 
  private:
+  absl::Status AddRows(int32_t shard, const v1::RowsPage& page);
+  std::vector<ExportedTable> tables_;  // in the spec's order
   std::optional<ParameterLayout> layout_;
   ModelFile model_;
   std::vector<int64_t> received_;

@@ -68,5 +68,38 @@ TEST(ModelAssemblerTest, RefusesMissingMixedOrForeignChunks) {
   EXPECT_EQ(foreign.Add(bad).code(), absl::StatusCode::kDataLoss);
 }
 
+TEST(ModelAssemblerTest, CollectsEveryShardsEmbeddingRows) {
+  ModelAssembler a;
+  v1::ExportChunk spec = SpecChunk();
+  v1::EmbeddingTableSpec* t = spec.mutable_spec()->add_embeddings();
+  t->set_name("user");
+  t->set_dim(2);
+  spec.mutable_spec()->add_embeddings()->set_name("item");
+  spec.mutable_spec()->mutable_embeddings(1)->set_dim(3);
+  ASSERT_TRUE(a.Add(spec).ok());
+  for (const v1::ExportChunk& c : Chunks(7)) ASSERT_TRUE(a.Add(c).ok());
+  auto page = [](int shard, std::vector<uint64_t> ids, float base,
+                 const std::string& table = "user", int dim = 2) {
+    v1::ExportChunk c;
+    c.set_shard(shard);
+    c.mutable_rows()->set_table(table);
+    c.mutable_rows()->set_dim(dim);
+    std::vector<float> v;
+    for (size_t i = 0; i < ids.size() * dim; ++i) v.push_back(base + i);
+    c.mutable_rows()->set_ids(ids.data(), ids.size() * 8);
+    c.mutable_rows()->set_values(v.data(), v.size() * 4);
+    return c;
+  };
+  ASSERT_TRUE(a.Add(page(0, {10, 12}, 0)).ok());
+  ASSERT_TRUE(a.Add(page(1, {11}, 100)).ok());
+  ASSERT_TRUE(a.Finish().ok());
+  ASSERT_EQ(a.tables().size(), 2u);
+  EXPECT_EQ(a.tables()[0].ids, (std::vector<uint64_t>{10, 12, 11}));
+  EXPECT_EQ(a.tables()[0].values, (std::vector<float>{0, 1, 2, 3, 100, 101}));
+  EXPECT_TRUE(a.tables()[1].ids.empty()) << "a table with no rows is listed";
+  EXPECT_EQ(a.Add(page(0, {1}, 0, "nope")).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(a.Add(page(0, {1}, 0, "user", 3)).code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace fulcrum

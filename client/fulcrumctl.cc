@@ -51,7 +51,8 @@ constexpr char kUsage[] =
     "  list [--json]               all jobs\n"
     "  status JOB [--watch] [--json]\n"
     "  cancel JOB\n"
-    "  export JOB --out FILE       write the job's parameters (after it "
+    "  export JOB --out FILE       write the job's parameters (and its "
+    "embedding tables' rows to FILE.tables) (after it "
     "ended)\n"
     "  members                     registered workers and shards\n"
     "Secured clusters: --tls_ca (and --tls_cert/--tls_key for mutual TLS), "
@@ -179,9 +180,13 @@ class Ctl {
       std::cerr << "fulcrumctl: export needs --out FILE\n";
       return 2;
     }
-    absl::StatusOr<ModelFile> model = PullModel(job_id);
+    std::vector<ExportedTable> tables;
+    absl::StatusOr<ModelFile> model = PullModel(job_id, &tables);
     absl::Status written =
         model.ok() ? WriteModelFile(out, *model) : model.status();
+    // The embedding tables' rows beside it (FILE.tables).
+    if (written.ok() && !tables.empty())
+      written = WriteTableFile(out + ".tables", tables);
     if (!written.ok()) {
       std::cerr << "fulcrumctl: " << absl::StatusCodeToString(written.code())
                 << ": " << written.message() << "\n";
@@ -189,11 +194,16 @@ class Ctl {
     }
     std::cout << "wrote " << model->params.size() << " parameters (version "
               << model->version << ") to " << out << "\n";
+    for (const ExportedTable& t : tables) {
+      std::cout << "wrote table " << t.name << ": " << t.ids.size()
+                << " rows of dim " << t.dim << " to " << out << ".tables\n";
+    }
     return 0;
   }
 
   // The job's parameters through the coordinator's ExportJob.
-  absl::StatusOr<ModelFile> PullModel(const std::string& job_id) {
+  absl::StatusOr<ModelFile> PullModel(const std::string& job_id,
+                                      std::vector<ExportedTable>* tables) {
     grpc::ClientContext context;
     SetTimeout(&context,
                std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms)));
@@ -212,6 +222,7 @@ class Ctl {
     }
     absl::Status s = FromGrpcStatus(reader->Finish());
     if (!s.ok()) return s;
+    *tables = model.tables();
     return model.Finish();
   }
 

@@ -10,11 +10,13 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/tensor/layout.h"
 #include "common/tensor/model_file.h"
+#include "common/tensor/table_file.h"
 #include "common/testing/process.h"
 #include "common/testing/synthetic_clicks.h"
 #include "gtest/gtest.h"
@@ -183,6 +185,34 @@ eval_every_steps: 1000
   ASSERT_EQ(status->epochs_size(), 2);
   for (const v1::EpochSamples& e : status->epochs())
     EXPECT_EQ(e.trained(), 3200) << "epoch " << e.epoch();
+
+  // fulcrumctl export writes the dense model and, beside it, every row of
+  // the table from both shards.
+  const std::string model_path = testing::TestTempDir() + "/clicks.bin";
+  testing::RunResult exported =
+      cluster.Ctl({"export", job_id, "--out", model_path});
+  ASSERT_EQ(exported.exit_code, 0) << exported.out << cluster.CtlLog();
+  EXPECT_NE(exported.out.find("wrote table cats: "), std::string::npos)
+      << exported.out;
+  absl::StatusOr<std::vector<ExportedTable>> tables =
+      ReadTableFile(model_path + ".tables");
+  ASSERT_TRUE(tables.ok()) << tables.status();
+  ASSERT_EQ(tables->size(), 1u);
+  const ExportedTable& cats = (*tables)[0];
+  EXPECT_EQ(cats.name, "cats");
+  EXPECT_EQ(cats.dim, 4);
+  // Field 0's 50 categories and the other fields' 20 each (a few may be
+  // missing from the data): ids (field + 1) << 32 | category, each once.
+  EXPECT_GE(cats.ids.size(), 400u);
+  EXPECT_LE(cats.ids.size(), 50u + 25 * 20);
+  std::set<uint64_t> distinct(cats.ids.begin(), cats.ids.end());
+  EXPECT_EQ(distinct.size(), cats.ids.size());
+  for (uint64_t id : cats.ids) {
+    EXPECT_GE(id >> 32, 1u);
+    EXPECT_LE(id >> 32, 26u);
+  }
+  ASSERT_EQ(cats.values.size(), cats.ids.size() * 4);
+  for (float v : cats.values) ASSERT_TRUE(std::isfinite(v));
 }
 
 TEST(EndToEndTest, CtlRejectsBadInputWithTheFieldNamed) {

@@ -177,6 +177,7 @@ absl::Status Coordinator::ExportJob(
     const std::function<bool(const v1::ExportChunk&)>& sink) {
   v1::ExportChunk chunk;
   std::vector<std::string> addresses;
+  bool has_tables = false;
   {
     absl::MutexLock lock(&mu_);
     Job* job = FindJob(job_id);
@@ -196,6 +197,7 @@ absl::Status Coordinator::ExportJob(
     }
     *chunk.mutable_spec() = job->spec();
     addresses = job->shard_addresses;
+    has_tables = job->spec().embeddings_size() > 0;
   }
   chunk.set_shard(-1);
   if (!sink(chunk)) return absl::CancelledError("the export's reader went away");
@@ -217,6 +219,24 @@ absl::Status Coordinator::ExportJob(
       return absl::Status(s.code(), absl::StrCat("shard ", shard, " (",
                                                  addresses[shard],
                                                  "): ", s.message()));
+    }
+  }
+  if (!has_tables) return absl::OkStatus();
+  // Then every shard's embedding rows.
+  chunk.clear_params();
+  v1::ExportRowsRequest rows;
+  rows.set_job_id(job_id);
+  for (int shard = 0; shard < static_cast<int>(addresses.size()); ++shard) {
+    chunk.set_shard(shard);
+    absl::Status s = shards_->ExportRows(
+        addresses[shard], rows, [&](const v1::RowsPage& page) {
+          *chunk.mutable_rows() = page;
+          return sink(chunk);
+        });
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("shard ", shard, " (",
+                                                 addresses[shard],
+                                                 ") rows: ", s.message()));
     }
   }
   return absl::OkStatus();

@@ -254,4 +254,22 @@ absl::Status GrpcShardControl::Pull(
   return FromGrpcStatus(reader->Finish());
 }
 
+absl::Status GrpcShardControl::ExportRows(
+    const std::string& address, const v1::ExportRowsRequest& request,
+    const std::function<bool(const v1::RowsPage&)>& sink) {
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(300));
+  Sign(&context, address);
+  auto reader = Stub(address)->ExportRows(&context, request);
+  v1::RowsPage page;
+  while (reader->Read(&page)) {
+    if (!sink(page)) {
+      context.TryCancel();
+      reader->Finish().IgnoreError();
+      return absl::CancelledError("the export's reader went away");
+    }
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
 }  // namespace fulcrum

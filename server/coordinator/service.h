@@ -104,6 +104,9 @@ class GrpcShardControl final : public ShardControl {
   absl::Status Pull(
       const std::string& address, const v1::PullRequest& request,
       const std::function<bool(const v1::Params&)>& sink) override;
+  absl::Status ExportRows(
+      const std::string& address, const v1::ExportRowsRequest& request,
+      const std::function<bool(const v1::RowsPage&)>& sink) override;
 
  private:
   v1::ParameterServer::Stub* Stub(const std::string& address);

@@ -30,6 +30,11 @@ class ShardControl {
   virtual absl::Status Pull(
       const std::string& address, const v1::PullRequest& request,
       const std::function<bool(const v1::Params&)>& sink) = 0;
+  // The job's embedding rows on that shard, page by page (the same
+  // contract as Pull).
+  virtual absl::Status ExportRows(
+      const std::string& address, const v1::ExportRowsRequest& request,
+      const std::function<bool(const v1::RowsPage&)>& sink) = 0;
 };
 
 }  // namespace fulcrum

@@ -73,6 +73,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   grpc::Status SparsePush(grpc::ServerContext* context,
                           const v1::SparsePushRequest* request,
                           v1::SparsePushResponse* response) override;
+  grpc::Status ExportRows(grpc::ServerContext* context,
+                          const v1::ExportRowsRequest* request,
+                          grpc::ServerWriter<v1::RowsPage>* writer) override;
 
   // Streams open now (tests, the gauge).
   int open_streams() const { return open_streams_.load(); }

@@ -1,5 +1,5 @@
-// ParameterServer.SparsePull / SparsePush: translation only (the checks and
-// the rows are JobShard's and EmbeddingTables').
+// ParameterServer.SparsePull / SparsePush / ExportRows: translation only
+// (the checks and the rows are JobShard's and EmbeddingTables').
 #include <algorithm>
 #include <cstring>
 
@@ -79,6 +79,52 @@ absl::Status ParameterServerService::ServeSparsePush(
         .pushed_rows->Increment(r.ids_size());
   }
   return absl::OkStatus();
+}
+
+grpc::Status ParameterServerService::ExportRows(
+    grpc::ServerContext* context, const v1::ExportRowsRequest* request,
+    grpc::ServerWriter<v1::RowsPage>* writer) {
+  if (absl::Status s = FromCoordinator(*context); !s.ok())
+    return ToGrpcStatus(s);
+  absl::StatusOr<std::shared_ptr<JobShard>> found =
+      shard_->Find(request->job_id());
+  if (!found.ok()) return ToGrpcStatus(found.status());
+  const int64_t page_bytes = (*found)->init().spec.chunk_bytes();
+  v1::RowsPage page;
+  const auto flush = [&]() {
+    const bool ok = page.ids().empty() || writer->Write(page);
+    page.clear_ids();
+    page.clear_values();
+    return ok;
+  };
+  for (const auto& table : (*found)->embeddings().tables()) {
+    page.set_table(table->name());
+    page.set_dim(table->dim());
+    const size_t row_bytes = 8 + sizeof(float) * table->dim();
+    for (int s = 0; s < table->stripes(); ++s) {
+      // Copied under the stripe's lock, written after it.
+      std::string ids, values;
+      table->ForEachRowOfStripe(
+          s, [&](uint64_t id, const float* v, const float*) {
+            ids.append(reinterpret_cast<const char*>(&id), sizeof(id));
+            values.append(reinterpret_cast<const char*>(v),
+                          sizeof(float) * table->dim());
+          });
+      const size_t rows = ids.size() / 8;
+      const size_t per_page =
+          std::max<size_t>(1, static_cast<size_t>(page_bytes) / row_bytes);
+      for (size_t first = 0; first < rows; first += per_page) {
+        const size_t n = std::min(per_page, rows - first);
+        page.set_ids(ids.substr(first * 8, n * 8));
+        const size_t vb = sizeof(float) * table->dim();
+        page.set_values(values.substr(first * vb, n * vb));
+        if (context->IsCancelled() || !flush())
+          return grpc::Status(grpc::StatusCode::CANCELLED,
+                              "the export's reader went away");
+      }
+    }
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace fulcrum

@@ -32,6 +32,11 @@ class NoShards : public ShardControl {
                     const std::function<bool(const v1::Params&)>&) override {
     return absl::OkStatus();
   }
+  absl::Status ExportRows(const std::string&, const v1::ExportRowsRequest&,
+                          const std::function<bool(const v1::RowsPage&)>&)
+      override {
+    return absl::OkStatus();
+  }
 };
 
 // Not thread-safe except InitJob's hold: drive the coordinator with an
@@ -80,6 +85,20 @@ class FakeShards : public ShardControl {
     }
     return absl::OkStatus();
   }
+  absl::Status ExportRows(const std::string& address,
+                          const v1::ExportRowsRequest&,
+                          const std::function<bool(const v1::RowsPage&)>& sink)
+      override {
+    std::vector<v1::RowsPage> pages;
+    {
+      absl::MutexLock lock(&mu);
+      pages = rows[address];
+    }
+    for (const v1::RowsPage& p : pages) {
+      if (!sink(p)) return absl::CancelledError("reader gone");
+    }
+    return absl::OkStatus();
+  }
 
   absl::Mutex mu;
   std::vector<std::pair<std::string, v1::InitJobRequest>> inits;
@@ -89,6 +108,7 @@ class FakeShards : public ShardControl {
   absl::Status next_status;
   std::map<std::string, int64_t> versions;  // phase 1 min_version by address
   std::set<std::string> holds_nothing;      // checkpoints_nothing, by address
+  std::map<std::string, std::vector<v1::RowsPage>> rows;  // ExportRows
   std::set<std::string> awaiting_values;    // shards without values
   std::set<int64_t> bad_steps;              // checkpoints that fail to load
   std::map<std::string, absl::Status> failing;  // Reconfigure fails there

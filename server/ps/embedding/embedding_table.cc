@@ -184,6 +184,13 @@ void EmbeddingTable::Restore(const std::vector<uint64_t>& ids,
   }
 }
 
+void EmbeddingTable::ForEachRowOfStripe(
+    int s, const std::function<void(uint64_t, const float*, const float*)>& fn)
+    const {
+  absl::ReaderMutexLock lock(&stripes_[s]->mu);
+  stripes_[s]->store.ForEachRow(fn);
+}
+
 void EmbeddingTable::ForEachRow(
     const std::function<void(uint64_t, const float*, const float*)>& fn)
     const {

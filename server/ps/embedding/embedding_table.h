@@ -81,6 +81,13 @@ class EmbeddingTable {
   // Forgets every row (the initial values again).
   void Clear();
 
+  // The rows stripe by stripe (an export copies one stripe at a time):
+  // fn(id, values, state) for each resident row of stripe `s` in
+  // [0, stripes()), under that stripe's lock.
+  int stripes() const { return static_cast<int>(stripes_.size()); }
+  void ForEachRowOfStripe(
+      int s, const std::function<void(uint64_t, const float*, const float*)>&
+                 fn) const;
   // Calls fn(id, values, state) for every resident row (stripe by stripe,
   // each under its lock: not a cut across stripes while pushes run).
   void ForEachRow(
