@@ -53,6 +53,7 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"activation", Str(m->mutable_activation())},
       {"layers", ints([m](int v) { m->add_layers(v); })},
       {"table", Str(m->mutable_table())},
+      {"interaction", Str(m->mutable_interaction())},
       {"bottom", ints([m](int v) { m->add_bottom(v); })},
       {"top", ints([m](int v) { m->add_top(v); })},
       {"tensors",
@@ -384,15 +385,22 @@ absl::Status ValidateEmbeddingMlp(const v1::ModelSpec& m) {
   if (m.table().size() > 64)
     return Bad("model.table", "must be at most 64 characters");
   RETURN_IF_ERROR(ValidateWidths(m.bottom(), "model.bottom"));
+  if (m.interaction() != "concat" && m.interaction() != "dot") {
+    return Bad("model.interaction",
+               absl::StrCat("must be one of [concat, dot], got ",
+                            Quote(m.interaction())));
+  }
   return ValidateWidths(m.top(), "model.top");
 }
 
 absl::Status ValidateModel(const v1::ModelSpec& m) {
   if (m.type() != "embedding_mlp" &&
-      (!m.table().empty() || m.bottom_size() > 0 || m.top_size() > 0)) {
-    return Bad(!m.table().empty() ? "model.table"
-               : m.bottom_size() > 0 ? "model.bottom"
-                                     : "model.top",
+      (!m.table().empty() || m.bottom_size() > 0 || m.top_size() > 0 ||
+       !m.interaction().empty())) {
+    return Bad(!m.table().empty()          ? "model.table"
+               : m.bottom_size() > 0       ? "model.bottom"
+               : !m.interaction().empty()  ? "model.interaction"
+                                           : "model.top",
                "applies to model.type embedding_mlp only");
   }
   if (m.type() == "embedding_mlp") return ValidateEmbeddingMlp(m);
@@ -474,6 +482,8 @@ void ApplyDefaults(JobSpec* spec) {
     spec->mutable_model()->set_activation("relu");
   if (spec->dataset().format().empty() && !external)
     spec->mutable_dataset()->set_format(clicks ? "criteo" : "idx");
+  if (clicks && spec->model().interaction().empty())
+    spec->mutable_model()->set_interaction("concat");
   if (spec->dataset().sharding().empty())
     spec->mutable_dataset()->set_sharding("chunks");
   if (spec->optimizer().type().empty())
@@ -527,6 +537,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
            {"model.type", &spec.model().type()},
            {"model.activation", &spec.model().activation()},
            {"model.table", &spec.model().table()},
+           {"model.interaction", &spec.model().interaction()},
            {"dataset.format", &spec.dataset().format()},
            {"dataset.dir", &spec.dataset().dir()},
            {"dataset.sharding", &spec.dataset().sharding()},
@@ -639,6 +650,17 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
       return Bad("model.table",
                  absl::StrCat(Quote(spec.model().table()),
                               " is not one of the job's embeddings"));
+    }
+    const v1::ModelSpec& m = spec.model();
+    if (m.interaction() == "dot") {
+      int dim = 0;
+      for (const v1::EmbeddingTableSpec& t : spec.embeddings())
+        if (t.name() == m.table()) dim = t.dim();
+      if (m.bottom_size() == 0 || m.bottom(m.bottom_size() - 1) != dim) {
+        return Bad("model.bottom",
+                   absl::StrCat("must end at the table's dim (", dim,
+                                ") for interaction dot"));
+      }
     }
   }
   return absl::OkStatus();

@@ -333,6 +333,15 @@ TEST(JobSpecTest, EmbeddingMlpNamesItsTableAndReadsCriteo) {
   EXPECT_EQ(layout->total_size(),
             (13 * 16 + 16) + (32 * 208 + 32 * 16 + 32) + (8 * 32 + 8) + (8 + 1));
   EXPECT_EQ(layout->tensors()[2].name, "top.0.embedding_weight");
+  EXPECT_EQ(spec->model().interaction(), "concat");  // the default
+  auto dot = ParseJobSpec(base + "dataset: {dir: /d}\nmodel: {type: embedding_mlp, "
+                                 "table: deep, bottom: [8], interaction: dot}\n");
+  ASSERT_TRUE(dot.ok()) << dot.status();
+  EXPECT_TRUE(ValidateJobSpec(*dot).ok()) << ValidateJobSpec(*dot);
+  auto dot_layout = LayoutForSpec(*dot);
+  ASSERT_TRUE(dot_layout.ok()) << dot_layout.status();
+  EXPECT_EQ(dot_layout->tensors()[4].name, "top.0.interaction_weight");
+  EXPECT_EQ(dot_layout->tensors()[4].shape, (std::vector<int64_t>{1, 27 * 26 / 2}));
 
   const std::pair<std::string, std::string> bad[] = {
       {"model: {type: embedding_mlp, table: wide}",
@@ -346,6 +355,12 @@ TEST(JobSpecTest, EmbeddingMlpNamesItsTableAndReadsCriteo) {
        "model.table applies to model.type embedding_mlp only"},
       {"model: {type: embedding_mlp, table: deep}\n",
        "dataset.format must be criteo for model.type embedding_mlp"},
+      {"model: {type: embedding_mlp, table: deep, interaction: sum}",
+       "model.interaction must be one of [concat, dot], got 'sum'"},
+      {"model: {type: embedding_mlp, table: deep, bottom: [16], interaction: dot}",
+       "model.bottom must end at the table's dim (8) for interaction dot"},
+      {"model: {type: mlp, layers: [784, 10], interaction: dot}",
+       "model.interaction applies to model.type embedding_mlp only"},
   };
   for (const auto& [yaml, want] : bad) {
     const bool idx = want.find("dataset.format") != std::string::npos;

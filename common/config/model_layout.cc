@@ -33,6 +33,7 @@ absl::StatusOr<EmbeddingMlpShape> EmbeddingMlpShapeOf(
   }
   shape.bottom.assign(m.bottom().begin(), m.bottom().end());
   shape.top.assign(m.top().begin(), m.top().end());
+  shape.dot = m.interaction() == "dot";
   return shape;
 }
 

@@ -38,11 +38,19 @@ absl::StatusOr<std::vector<TensorInfo>> EmbeddingMlpTensors(
     t.push_back(Tensor(absl::StrCat("bottom.", l, ".bias"), {s.bottom[l]}, in));
     in = s.bottom[l];
   }
+  if (s.dot && (s.bottom.empty() || s.bottom.back() != s.dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bottom must end at the table's dim (", s.dim,
+        ") for the dot interaction"));
+  }
   const int64_t bags = int64_t{s.fields} * s.dim;
+  const int64_t fan_in = bags + in + s.pairs();
   const int out0 = s.top.empty() ? 1 : s.top[0];
-  t.push_back(Tensor("top.0.embedding_weight", {out0, bags}, bags + in));
-  t.push_back(Tensor("top.0.dense_weight", {out0, in}, bags + in));
-  t.push_back(Tensor("top.0.bias", {out0}, bags + in));
+  t.push_back(Tensor("top.0.embedding_weight", {out0, bags}, fan_in));
+  t.push_back(Tensor("top.0.dense_weight", {out0, in}, fan_in));
+  if (s.dot)
+    t.push_back(Tensor("top.0.interaction_weight", {out0, s.pairs()}, fan_in));
+  t.push_back(Tensor("top.0.bias", {out0}, fan_in));
   for (size_t l = 1; l <= s.top.size(); ++l) {
     const int out = l < s.top.size() ? s.top[l] : 1;
     t.push_back(Tensor(absl::StrCat("top.", l, ".weight"), {out, s.top[l - 1]}));

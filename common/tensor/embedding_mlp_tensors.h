@@ -18,13 +18,20 @@ struct EmbeddingMlpShape {
   int dim = 8;              // the table's row width
   std::vector<int> bottom;  // hidden widths of the bottom MLP; may be empty
   std::vector<int> top;     // hidden widths of the top MLP; may be empty
+  // DLRM's dot interaction: the top MLP also sees the dot product of every
+  // pair among the fields' bags and the bottom's output (whose width must
+  // then be dim): (fields + 1) * fields / 2 more inputs.
+  bool dot = false;
+  int pairs() const { return dot ? (fields + 1) * fields / 2 : 0; }
 };
 
 // The dense tensors, in layout order: bottom.L.{weight,bias} for each bottom
 // layer, then top.0.{embedding_weight [t0, fields*dim], dense_weight [t0,
-// bottom_out], bias}, then top.L.{weight,bias} up to the output (width 1).
-// Fan-in of both top.0 weights is their common input width. INVALID_ARGUMENT
-// naming the field for a width, fields, dense or dim < 1.
+// bottom_out], interaction_weight [t0, pairs] (dot only), bias}, then
+// top.L.{weight,bias} up to the output (width 1). Fan-in of the top.0
+// weights is their common input width. INVALID_ARGUMENT naming the field
+// for a width, fields, dense or dim < 1, or a dot interaction whose bottom
+// does not end at dim.
 absl::StatusOr<std::vector<TensorInfo>> EmbeddingMlpTensors(
     const EmbeddingMlpShape& shape);
 

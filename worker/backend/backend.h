@@ -101,6 +101,17 @@ class Backend {
   virtual void SegmentSum(int segments, int dim, const int32_t* offsets,
                           const int32_t* index, const float* src,
                           float* out) = 0;
+  // DLRM's dot interaction. Per sample b the vectors v_0 .. v_{n-1} (dim
+  // floats each) are rows[b][0 .. n-2] (n - 1 of them, contiguous) and
+  // last[b]; out[b] holds v_i . v_j for every pair i < j, in the order
+  // (0,1), (0,2), ..., (1,2), ... (n(n-1)/2 per sample).
+  virtual void PairDots(int batch, int n, int dim, const float* rows,
+                        const float* last, float* out) = 0;
+  // Its backward: adds sum over j != i of dout[b][pair(i, j)] v_j to the
+  // gradient of each v_i (d_rows like rows, d_last like last).
+  virtual void PairDotsGrad(int batch, int n, int dim, const float* rows,
+                            const float* last, const float* dout,
+                            float* d_rows, float* d_last) = 0;
   // Binary logistic loss over n logits: returns the summed
   // log(1 + e^z) - y z (computed stably, double accumulation) and writes
   // dlogits = (sigmoid(z) - y) * scale when dlogits is non-null. `labels`

@@ -136,4 +136,56 @@ double CpuBackend::SigmoidCrossEntropy(int n, const float* logits,
   return loss;
 }
 
+void CpuBackend::PairDots(int batch, int n, int dim, const float* rows,
+                          const float* last, float* out) {
+  const int64_t pairs = int64_t{n} * (n - 1) / 2;
+  for (int b = 0; b < batch; ++b) {
+    const float* base = rows + int64_t{b} * (n - 1) * dim;
+    const auto v = [&](int i) {
+      return i < n - 1 ? base + int64_t{i} * dim : last + int64_t{b} * dim;
+    };
+    float* o = out + b * pairs;
+    for (int i = 0; i < n; ++i) {
+      for (int j = i + 1; j < n; ++j) {
+        const float* x = v(i);
+        const float* y = v(j);
+        float dot = 0.0f;
+        for (int d = 0; d < dim; ++d) dot += x[d] * y[d];
+        *o++ = dot;
+      }
+    }
+  }
+}
+
+void CpuBackend::PairDotsGrad(int batch, int n, int dim, const float* rows,
+                              const float* last, const float* dout,
+                              float* d_rows, float* d_last) {
+  const int64_t pairs = int64_t{n} * (n - 1) / 2;
+  for (int b = 0; b < batch; ++b) {
+    const int64_t base = int64_t{b} * (n - 1) * dim;
+    const auto v = [&](int i) {
+      return i < n - 1 ? rows + base + int64_t{i} * dim : last + int64_t{b} * dim;
+    };
+    const auto dv = [&](int i) {
+      return i < n - 1 ? d_rows + base + int64_t{i} * dim
+                       : d_last + int64_t{b} * dim;
+    };
+    const float* g = dout + b * pairs;
+    // In the CUDA kernel's order: for each i, j ascending.
+    for (int i = 0; i < n; ++i) {
+      float* di = dv(i);
+      for (int d = 0; d < dim; ++d) {
+        float sum = 0.0f;
+        for (int j = 0; j < n; ++j) {
+          if (j == i) continue;
+          const int lo = std::min(i, j), hi = std::max(i, j);
+          const int64_t p = int64_t{lo} * n - int64_t{lo} * (lo + 1) / 2 + (hi - lo - 1);
+          sum += g[p] * v(j)[d];
+        }
+        di[d] += sum;
+      }
+    }
+  }
+}
+
 }  // namespace fulcrum

@@ -39,6 +39,11 @@ class CpuBackend final : public Backend {
                   float* out) override;
   double SigmoidCrossEntropy(int n, const float* logits, const float* labels,
                              float scale, float* dlogits) override;
+  void PairDots(int batch, int n, int dim, const float* rows,
+                const float* last, float* out) override;
+  void PairDotsGrad(int batch, int n, int dim, const float* rows,
+                    const float* last, const float* dout, float* d_rows,
+                    float* d_last) override;
 };
 
 }  // namespace fulcrum

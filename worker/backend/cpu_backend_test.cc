@@ -84,5 +84,22 @@ TEST(CpuBackendTest, SigmoidCrossEntropyIsStableAtExtremes) {
   EXPECT_EQ(b.SigmoidCrossEntropy(4, z.data(), y.data(), 0.0f, nullptr), loss);
 }
 
+TEST(CpuBackendTest, PairDotsAndTheirGradient) {
+  CpuBackend b;
+  // One sample, n = 3 vectors of dim 2: rows (1,2), (3,4); last (5,6).
+  const std::vector<float> rows = {1, 2, 3, 4}, last = {5, 6};
+  std::vector<float> dots(3);
+  b.PairDots(1, 3, 2, rows.data(), last.data(), dots.data());
+  EXPECT_EQ(dots, (std::vector<float>{11, 17, 39}));  // (0,1) (0,2) (1,2)
+  // d/dv of g . dots with g = (1, 2, 3): v0 gets 1 v1 + 2 v2, v1 1 v0 + 3 v2,
+  // v2 2 v0 + 3 v1; added to what is there.
+  const std::vector<float> g = {1, 2, 3};
+  std::vector<float> d_rows(4, 1.0f), d_last(2, 0.0f);
+  b.PairDotsGrad(1, 3, 2, rows.data(), last.data(), g.data(), d_rows.data(),
+                 d_last.data());
+  EXPECT_EQ(d_rows, (std::vector<float>{1 + 13, 1 + 16, 1 + 16, 1 + 20}));
+  EXPECT_EQ(d_last, (std::vector<float>{11, 16}));
+}
+
 }  // namespace
 }  // namespace fulcrum

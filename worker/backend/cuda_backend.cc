@@ -474,4 +474,16 @@ double CudaBackend::SigmoidCrossEntropy(int n, const float* logits,
   return loss;
 }
 
+void CudaBackend::PairDots(int batch, int n, int dim, const float* rows,
+                           const float* last, float* out) {
+  cuda::PairDots(batch, n, dim, rows, last, out, impl_->compute);
+}
+
+void CudaBackend::PairDotsGrad(int batch, int n, int dim, const float* rows,
+                               const float* last, const float* dout,
+                               float* d_rows, float* d_last) {
+  cuda::PairDotsGrad(batch, n, dim, rows, last, dout, d_rows, d_last,
+                     impl_->compute);
+}
+
 }  // namespace fulcrum

@@ -303,6 +303,29 @@ TEST_F(CudaBackendTest, SegmentSumGathersAndScatterAddsLikeTheCpu) {
   }
 }
 
+TEST_F(CudaBackendTest, PairDotsAndTheirGradientMatchTheCpu) {
+  const int batch = 300, n = 27, dim = 16;
+  const auto rows = Random(int64_t{batch} * (n - 1) * dim, 51);
+  const auto last = Random(int64_t{batch} * dim, 52);
+  const int64_t pairs = int64_t{batch} * n * (n - 1) / 2;
+  std::vector<float> dots_cpu(pairs);
+  cpu_.PairDots(batch, n, dim, rows.data(), last.data(), dots_cpu.data());
+  float* dots = Up(std::vector<float>(pairs, 0.0f));
+  float* rows_dev = Up(rows);
+  float* last_dev = Up(last);
+  gpu_->PairDots(batch, n, dim, rows_dev, last_dev, dots);
+  EXPECT_LE(MaxRelError(Down(dots, pairs), dots_cpu), 1e-5);
+  const auto g = Random(pairs, 53);
+  std::vector<float> d_rows_cpu(rows.size(), 0.5f), d_last_cpu(last.size(), 0.5f);
+  cpu_.PairDotsGrad(batch, n, dim, rows.data(), last.data(), g.data(),
+                    d_rows_cpu.data(), d_last_cpu.data());
+  float* d_rows = Up(std::vector<float>(rows.size(), 0.5f));
+  float* d_last = Up(std::vector<float>(last.size(), 0.5f));
+  gpu_->PairDotsGrad(batch, n, dim, rows_dev, last_dev, Up(g), d_rows, d_last);
+  EXPECT_LE(MaxRelError(Down(d_rows, rows.size()), d_rows_cpu), 1e-5);
+  EXPECT_LE(MaxRelError(Down(d_last, last.size()), d_last_cpu), 1e-5);
+}
+
 TEST_F(CudaBackendTest, SigmoidCrossEntropyMatchesTheCpu) {
   const int n = 5000;
   auto z = Random(n, 31, -30.0f, 30.0f);
@@ -322,9 +345,13 @@ TEST_F(CudaBackendTest, SigmoidCrossEntropyMatchesTheCpu) {
 
 // The recommender model's whole step (issue 14) against the CPU: bags,
 // bottom and top MLPs, logistic loss, dense and row gradients.
-TEST_F(CudaBackendTest, AnEmbeddingMlpStepMatchesTheCpu) {
+class CudaEmbeddingMlpTest : public CudaBackendTest,
+                             public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CudaEmbeddingMlpTest, AnEmbeddingMlpStepMatchesTheCpu) {
   const EmbeddingMlpShape shape{.fields = 26, .dense = 13, .dim = 16,
-                                .bottom = {64, 16}, .top = {128, 64}};
+                                .bottom = {64, 16}, .top = {128, 64},
+                                .dot = GetParam()};
   auto tensors = EmbeddingMlpTensors(shape);
   ASSERT_TRUE(tensors.ok());
   auto layout = ParameterLayout::ForTensors(*tensors, 2, 1 << 20);
@@ -375,6 +402,8 @@ TEST_F(CudaBackendTest, AnEmbeddingMlpStepMatchesTheCpu) {
   ASSERT_FALSE(ready.empty());
   EXPECT_EQ(ready.back(), 0) << "every gradient reported ready";
 }
+
+INSTANTIATE_TEST_SUITE_P(ConcatAndDot, CudaEmbeddingMlpTest, ::testing::Bool());
 
 }  // namespace
 }  // namespace fulcrum

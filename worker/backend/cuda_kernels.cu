@@ -137,7 +137,80 @@ __global__ void SigmoidCrossEntropyKernel(int n, const float* logits,
   }
 }
 
+__device__ const float* Vec(int b, int i, int n, int dim, const float* rows,
+                            const float* last) {
+  return i < n - 1 ? rows + (static_cast<int64_t>(b) * (n - 1) + i) * dim
+                   : last + static_cast<int64_t>(b) * dim;
+}
+
+// One thread per (sample, pair).
+__global__ void PairDotsKernel(int batch, int n, int dim, const float* rows,
+                               const float* last, float* out) {
+  const int64_t pairs = static_cast<int64_t>(n) * (n - 1) / 2;
+  const int64_t total = pairs * batch;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int b = static_cast<int>(t / pairs);
+    int64_t p = t - b * pairs;
+    int i = 0;
+    while (p >= n - 1 - i) {  // row i holds n - 1 - i pairs
+      p -= n - 1 - i;
+      ++i;
+    }
+    const int j = i + 1 + static_cast<int>(p);
+    const float* x = Vec(b, i, n, dim, rows, last);
+    const float* y = Vec(b, j, n, dim, rows, last);
+    float dot = 0.0f;
+    for (int d = 0; d < dim; ++d) dot += x[d] * y[d];
+    out[t] = dot;
+  }
+}
+
+// One thread per (sample, vector, column): j ascending, as the CPU.
+__global__ void PairDotsGradKernel(int batch, int n, int dim, const float* rows,
+                                   const float* last, const float* dout,
+                                   float* d_rows, float* d_last) {
+  const int64_t pairs = static_cast<int64_t>(n) * (n - 1) / 2;
+  const int64_t total = static_cast<int64_t>(batch) * n * dim;
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const int b = static_cast<int>(t / (static_cast<int64_t>(n) * dim));
+    const int64_t r = t - static_cast<int64_t>(b) * n * dim;
+    const int i = static_cast<int>(r / dim);
+    const int d = static_cast<int>(r - static_cast<int64_t>(i) * dim);
+    const float* g = dout + b * pairs;
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      if (j == i) continue;
+      const int lo = i < j ? i : j, hi = i < j ? j : i;
+      const int64_t p = static_cast<int64_t>(lo) * n -
+                        static_cast<int64_t>(lo) * (lo + 1) / 2 + (hi - lo - 1);
+      sum += g[p] * Vec(b, j, n, dim, rows, last)[d];
+    }
+    float* di = i < n - 1 ? d_rows + (static_cast<int64_t>(b) * (n - 1) + i) * dim
+                          : d_last + static_cast<int64_t>(b) * dim;
+    di[d] += sum;
+  }
+}
+
 }  // namespace
+
+void PairDots(int batch, int n, int dim, const float* rows, const float* last,
+              float* out, void* stream) {
+  const int64_t total = static_cast<int64_t>(batch) * n * (n - 1) / 2;
+  if (total == 0) return;
+  PairDotsKernel<<<Blocks(total), kThreads, 0, S(stream)>>>(batch, n, dim,
+                                                            rows, last, out);
+}
+
+void PairDotsGrad(int batch, int n, int dim, const float* rows,
+                  const float* last, const float* dout, float* d_rows,
+                  float* d_last, void* stream) {
+  const int64_t total = static_cast<int64_t>(batch) * n * dim;
+  if (total == 0) return;
+  PairDotsGradKernel<<<Blocks(total), kThreads, 0, S(stream)>>>(
+      batch, n, dim, rows, last, dout, d_rows, d_last);
+}
 
 void SegmentSum(int segments, int dim, const int32_t* offsets,
                 const int32_t* index, const float* src, float* out,

@@ -35,6 +35,13 @@ void SigmoidCrossEntropy(int n, const float* logits, const float* labels,
                          float scale, float* dlogits, double* loss,
                          void* stream);
 
+// Backend::PairDots / PairDotsGrad (same order of additions as the CPU's).
+void PairDots(int batch, int n, int dim, const float* rows, const float* last,
+              float* out, void* stream);
+void PairDotsGrad(int batch, int n, int dim, const float* rows,
+                  const float* last, const float* dout, float* d_rows,
+                  float* d_last, void* stream);
+
 }  // namespace fulcrum::cuda
 
 #endif  // FULCRUM_WORKER_BACKEND_CUDA_KERNELS_H_

@@ -40,10 +40,16 @@ absl::StatusOr<std::unique_ptr<EmbeddingMlp>> EmbeddingMlp::Create(
   }
   const int bags = shape.fields * shape.dim;
   const int out0 = shape.top.empty() ? 1 : shape.top[0];
-  m->top_.push_back({bags, out0, have[t].offset, have[t + 2].offset,
+  const int bias0 = shape.dot ? 3 : 2;
+  m->top_.push_back({bags, out0, have[t].offset, have[t + bias0].offset,
                      alloc(out0), alloc(out0)});
   m->top0_dense_weight_ = have[t + 1].offset;
-  t += 3;
+  if (shape.dot) {
+    m->top0_interaction_weight_ = have[t + 2].offset;
+    m->dots_ = alloc(shape.pairs());
+    m->ddots_ = alloc(shape.pairs());
+  }
+  t += bias0 + 1;
   for (size_t l = 1; l <= shape.top.size(); ++l) {
     const int out = l < shape.top.size() ? shape.top[l] : 1;
     m->top_.push_back({shape.top[l - 1], out, have[t].offset,
@@ -64,6 +70,8 @@ EmbeddingMlp::~EmbeddingMlp() {
   }
   backend_->Free(bags_);
   backend_->Free(dbags_);
+  if (dots_ != nullptr) backend_->Free(dots_);
+  if (ddots_ != nullptr) backend_->Free(ddots_);
 }
 
 const float* EmbeddingMlp::Forward(const float* params, const Batch& b) {
@@ -88,6 +96,12 @@ const float* EmbeddingMlp::Forward(const float* params, const Batch& b) {
     if (i == 0) {  // + bottom [n x bottom_width] * W_dense^T
       backend_->Gemm(false, true, n, l.out, bottom_width, 1.0f, bottom_out,
                      params + top0_dense_weight_, 1.0f, l.act);
+      if (shape_.dot) {  // + dots [n x pairs] * W_interaction^T
+        backend_->PairDots(n, shape_.fields + 1, shape_.dim, bags_,
+                           bottom_out, dots_);
+        backend_->Gemm(false, true, n, l.out, shape_.pairs(), 1.0f, dots_,
+                       params + top0_interaction_weight_, 1.0f, l.act);
+      }
     }
     backend_->AddBias(n, l.out, params + l.bias, l.act);
     if (i + 1 < top_.size())
@@ -122,10 +136,20 @@ double EmbeddingMlp::ForwardBackward(const float* params, const Batch& b,
     } else {
       backend_->Gemm(true, false, l.out, bottom_width, n, 1.0f, l.dact,
                      bottom_out, 0.0f, grads + top0_dense_weight_);
-      if (!bottom_.empty()) {
-        float* dbottom = bottom_.back().dact;
+      float* dbottom = bottom_.empty() ? nullptr : bottom_.back().dact;
+      if (dbottom != nullptr) {
         backend_->Gemm(false, false, n, bottom_width, l.out, 1.0f, l.dact,
                        params + top0_dense_weight_, 0.0f, dbottom);
+      }
+      if (shape_.dot) {  // the dots' gradient, into the bags' and bottom's
+        backend_->Gemm(true, false, l.out, shape_.pairs(), n, 1.0f, l.dact,
+                       dots_, 0.0f, grads + top0_interaction_weight_);
+        backend_->Gemm(false, false, n, shape_.pairs(), l.out, 1.0f, l.dact,
+                       params + top0_interaction_weight_, 0.0f, ddots_);
+        backend_->PairDotsGrad(n, shape_.fields + 1, shape_.dim, bags_,
+                               bottom_out, ddots_, dbags_, dbottom);
+      }
+      if (dbottom != nullptr) {
         backend_->ReluGrad(static_cast<int64_t>(n) * bottom_width,
                            bottom_out, dbottom);
       }

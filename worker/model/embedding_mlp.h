@@ -4,6 +4,8 @@
 //                         wide, pulled from the shards for each batch)
 //   dense features     -> bottom MLP (Linear + ReLU per layer; none: as is)
 //   [bags..., bottom]  -> top MLP (Linear + ReLU ..., then Linear -> 1)
+//   (+ with `dot`, every pair's dot product among the bags and the bottom's
+//    output, DLRM's interaction)
 //                      -> logistic loss against 0/1 labels
 //
 // The first top layer's weight is two tensors (the bags' columns and the
@@ -88,6 +90,9 @@ class EmbeddingMlp {
   std::vector<Layer> bottom_;
   std::vector<Layer> top_;  // top_[0].weight: the bags' columns
   int64_t top0_dense_weight_ = 0;
+  int64_t top0_interaction_weight_ = 0;  // dot only
+  float* dots_ = nullptr;   // [max_batch x pairs], dot only
+  float* ddots_ = nullptr;
   float* bags_ = nullptr;   // [max_batch x fields*dim]
   float* dbags_ = nullptr;
 };

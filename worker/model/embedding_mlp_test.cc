@@ -59,6 +59,18 @@ TEST(EmbeddingMlpTensorsTest, NamesShapesAndErrors) {
   EXPECT_EQ((*t)[3].shape, (std::vector<int64_t>{6, 5}));
   EXPECT_EQ((*t)[2].fan_in, 17);
   EXPECT_EQ((*t)[5].shape, (std::vector<int64_t>{1, 6}));
+  // The dot interaction: the pairs among 3 bags and the bottom's output.
+  EmbeddingMlpShape dot = s;
+  dot.dot = true;
+  dot.bottom = {4};
+  auto with_dots = EmbeddingMlpTensors(dot);
+  ASSERT_TRUE(with_dots.ok()) << with_dots.status();
+  EXPECT_EQ((*with_dots)[4].name, "top.0.interaction_weight");
+  EXPECT_EQ((*with_dots)[4].shape, (std::vector<int64_t>{6, 6}));  // 4 choose 2
+  EXPECT_EQ((*with_dots)[2].fan_in, 12 + 4 + 6);
+  dot.bottom = {5};
+  EXPECT_NE(EmbeddingMlpTensors(dot).status().message().find("bottom must end"),
+            absl::string_view::npos);
   s.top = {6, 0};
   EXPECT_NE(EmbeddingMlpTensors(s).status().message().find("top[1]"),
             absl::string_view::npos);
@@ -71,15 +83,18 @@ TEST(EmbeddingMlpTensorsTest, NamesShapesAndErrors) {
 // A small model and batch on the host: 3 samples, 2 fields, rows shared
 // between samples and within one (ids 10 and 11 repeat).
 struct Fixture {
-  EmbeddingMlpShape shape{.fields = 2, .dense = 3, .dim = 4, .bottom = {5},
-                          .top = {6, 3}};
+  EmbeddingMlpShape shape;
   static constexpr int kBatch = 3;
-  ParameterLayout layout = *ParameterLayout::ForTensors(
-      *EmbeddingMlpTensors(shape), 1, 1 << 20);
+  ParameterLayout layout;
   std::vector<float> params, dense, labels = {1, 0, 1}, rows;
   BagIndex index;
 
-  Fixture() {
+  // concat: bottom 3 -> 5; dot: bottom 3 -> 4 (the table's dim).
+  explicit Fixture(bool dot = false)
+      : shape{.fields = 2, .dense = 3, .dim = 4,
+              .bottom = {dot ? 4 : 5}, .top = {6, 3}, .dot = dot},
+        layout(*ParameterLayout::ForTensors(*EmbeddingMlpTensors(shape), 1,
+                                            1 << 20)) {
     params.resize(layout.total_size());
     InitializeParameters(layout, 7, 0, layout.total_size(), params.data());
     std::mt19937 rng(11);
@@ -122,8 +137,10 @@ double MeanLoss(EmbeddingMlp& m, const Fixture& f,
   return sum / Fixture::kBatch;
 }
 
-TEST(EmbeddingMlpTest, GradientsOfParametersAndRowsMatchFiniteDifferences) {
-  Fixture f;
+class EmbeddingMlpGradTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(EmbeddingMlpGradTest, GradientsOfParametersAndRowsMatchFiniteDifferences) {
+  Fixture f(/*dot=*/GetParam());
   CpuBackend backend;
   auto m = EmbeddingMlp::Create(&backend, f.layout, f.shape, Fixture::kBatch);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -136,7 +153,8 @@ TEST(EmbeddingMlpTest, GradientsOfParametersAndRowsMatchFiniteDifferences) {
   EXPECT_NEAR(loss, MeanLoss(**m, f, f.params, f.rows), 1e-6);
   // Ready from the last layer down to the first: top.2, top.1, top.0, bottom.0.
   const auto& t = f.layout.tensors();
-  EXPECT_EQ(ready, (std::vector<int64_t>{t[7].offset, t[5].offset,
+  const size_t top1 = GetParam() ? 6 : 5;  // dot: top.0 has 4 tensors
+  EXPECT_EQ(ready, (std::vector<int64_t>{t[top1 + 2].offset, t[top1].offset,
                                          t[2].offset, 0}));
   const float eps = 1e-3f;
   for (int64_t i = 0; i < f.layout.total_size(); ++i) {
@@ -158,6 +176,9 @@ TEST(EmbeddingMlpTest, GradientsOfParametersAndRowsMatchFiniteDifferences) {
         << "row element " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(ConcatAndDot, EmbeddingMlpGradTest,
+                         ::testing::Bool());
 
 TEST(EmbeddingMlpTest, RefusesALayoutOfAnotherShape) {
   Fixture f;

@@ -196,4 +196,23 @@ double SimulatedDeviceBackend::SigmoidCrossEntropy(int n, const float* logits,
   return cpu_.SigmoidCrossEntropy(n, logits, labels, scale, dlogits);
 }
 
+void SimulatedDeviceBackend::PairDots(int batch, int n, int dim,
+                                      const float* rows, const float* last,
+                                      float* out) {
+  Reads(rows, int64_t{batch} * (n - 1) * dim, "PairDots");
+  Reads(last, int64_t{batch} * dim, "PairDots");
+  Writes(out, int64_t{batch} * n * (n - 1) / 2, "PairDots");
+  cpu_.PairDots(batch, n, dim, rows, last, out);
+}
+
+void SimulatedDeviceBackend::PairDotsGrad(int batch, int n, int dim,
+                                          const float* rows, const float* last,
+                                          const float* dout, float* d_rows,
+                                          float* d_last) {
+  Reads(dout, int64_t{batch} * n * (n - 1) / 2, "PairDotsGrad");
+  Writes(d_rows, int64_t{batch} * (n - 1) * dim, "PairDotsGrad");
+  Writes(d_last, int64_t{batch} * dim, "PairDotsGrad");
+  cpu_.PairDotsGrad(batch, n, dim, rows, last, dout, d_rows, d_last);
+}
+
 }  // namespace fulcrum

@@ -65,6 +65,11 @@ class SimulatedDeviceBackend final : public Backend {
                   float* out) override;
   double SigmoidCrossEntropy(int n, const float* logits, const float* labels,
                              float scale, float* dlogits) override;
+  void PairDots(int batch, int n, int dim, const float* rows,
+                const float* last, float* out) override;
+  void PairDotsGrad(int batch, int n, int dim, const float* rows,
+                    const float* last, const float* dout, float* d_rows,
+                    float* d_last) override;
 
   // Copies issued so far, by direction (tests assert the path was taken).
   int64_t async_to_host() const { return async_to_host_; }
