@@ -502,5 +502,77 @@ eval_every_steps: 100000
     EXPECT_EQ(e.trained(), kLines) << "epoch " << e.epoch();
 }
 
+// The click model's workers come and go: one is SIGKILLed mid-epoch,
+// another joins later; the job (dense parameters in sync, rows on the
+// shards) finishes with its AUC and every sample trained exactly once per
+// epoch.
+TEST_F(FaultTest, ClickModelWorkersJoinAndLeaveWithEverySampleOnce) {
+  const std::string data = testing::TestTempDir() + "/churn_rows-data";
+  constexpr int kLines = 6400, kEpochs = 3;
+  ASSERT_TRUE(testing::WriteSyntheticClicks(data, kLines, 400, 13));
+  const std::string root = "--data_root=" + testing::TestTempDir();
+  ProcessCluster c("churn_rows",
+                   {.shards = 2,
+                    .workers = 2,
+                    .worker_flags = {root},
+                    .coordinator_flags = {"--lease_ms=2000", root}});
+  ASSERT_FALSE(c.address().empty()) << c.Logs();
+  const std::string path = testing::TestTempDir() + "/churn_rows.yaml";
+  std::ofstream(path) << "name: churn-rows\n"
+                      << "model: {type: embedding_mlp, table: cats, bottom: [4], top: [16], interaction: dot}\n"
+                      << "dataset: {dir: " << data << "}\n"
+                      << R"(optimizer: {type: adam, lr: 0.01}
+embeddings:
+  - {name: cats, dim: 4, capacity: 10000, optimizer: {type: adagrad, lr: 0.1}}
+batch_size: 32
+epochs: 3
+workers: {min: 1, max: 2}
+shards: 2
+seed: 5
+eval_every_steps: 100000
+)";
+  const std::string job = Submit(c, path);
+  WaitFor(
+      c, job,
+      [](const v1::JobStatus& s) {
+        return s.state() == v1::RUNNING && s.progress().step() >= 40;
+      },
+      absl::Seconds(60), "step 40");
+  c.Kill("worker-2");
+  v1::JobStatus s = WaitFor(
+      c, job, [](const v1::JobStatus& s) { return Count(s, "lost") >= 1; },
+      absl::Seconds(20), "the lost worker");
+  // Workers that joined (shards join too).
+  const auto workers_joined = [](const v1::JobStatus& s) {
+    int n = 0;
+    for (const v1::MembershipEvent& e : s.events())
+      n += e.kind() == "joined" && e.member_id().rfind("w-", 0) == 0;
+    return n;
+  };
+  c.AddWorker();
+  s = WaitFor(
+      c, job,
+      [&](const v1::JobStatus& s) {
+        return Ended(s) || (s.workers_size() == 2 && workers_joined(s) >= 3);
+      },
+      absl::Seconds(30), "the new worker to join");
+  EXPECT_EQ(workers_joined(s), 3) << s.DebugString();
+  s = WaitFor(c, job, [](const v1::JobStatus& s) { return Ended(s); },
+              absl::Minutes(3), "the job to end");
+  ASSERT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
+  EXPECT_GE(s.progress().test_accuracy(), 0.88) << "the test AUC";
+  s = WaitFor(
+      c, job,
+      [&](const v1::JobStatus& s) {
+        if (s.epochs_size() != kEpochs) return false;
+        for (const v1::EpochSamples& e : s.epochs())
+          if (e.trained() != kLines) return false;
+        return true;
+      },
+      absl::Seconds(10), "every epoch's ledger to be complete");
+  for (const v1::EpochSamples& e : s.epochs())
+    EXPECT_EQ(e.trained(), kLines) << "epoch " << e.epoch();
+}
+
 }  // namespace
 }  // namespace fulcrum
