@@ -88,7 +88,6 @@ ctl status "$job" --watch > "$out/cpp-watch.log"
 read -r c_auc c_rate < <(ctl status "$job" --json | /usr/bin/python3 -c \
   'import json,sys; j=json.load(sys.stdin); p=j["progress"]; print("%.4f" % p["test_accuracy"], "%.0f" % (int(p["samples_total"]) / (j["end_time_unix"] - j["start_time_unix"])))')
 cluster_stop
-cluster_pids=()
 cluster_coordinator_flags=()
 
 # Plain PyTorch: one process, the same global batch and epochs.

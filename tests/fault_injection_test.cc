@@ -87,28 +87,60 @@ class FaultTest : public ::testing::Test {
 
   // The job succeeded with accuracy, and every epoch trained each sample
   // exactly once (the ledger reaches the coordinator with a heartbeat).
+  // `samples` per epoch; `score`: the least test accuracy (AUC for a click
+  // model).
   void ExpectFinishedExactlyOnce(ProcessCluster& c, const std::string& job,
-                                 int epochs) {
+                                 int epochs, int samples = kSamples,
+                                 double score = 0.75) {
     v1::JobStatus s = WaitFor(
         c, job, [](const v1::JobStatus& s) { return Ended(s); },
         absl::Minutes(4), "the job to end");
     ASSERT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
-    EXPECT_GE(s.progress().test_accuracy(), 0.75) << s.message();
+    EXPECT_GE(s.progress().test_accuracy(), score) << s.message();
     s = WaitFor(
         c, job,
-        [epochs](const v1::JobStatus& s) {
+        [epochs, samples](const v1::JobStatus& s) {
           if (s.epochs_size() != epochs) return false;
           for (const v1::EpochSamples& e : s.epochs())
-            if (e.trained() != kSamples) return false;
+            if (e.trained() != samples) return false;
           return true;
         },
         absl::Seconds(10), "every epoch's ledger to be complete");
     ASSERT_EQ(s.epochs_size(), epochs);
     for (const v1::EpochSamples& e : s.epochs()) {
-      EXPECT_EQ(e.total(), kSamples);
-      EXPECT_EQ(e.trained(), kSamples)
+      EXPECT_EQ(e.total(), samples);
+      EXPECT_EQ(e.trained(), samples)
           << "epoch " << e.epoch() << " trained samples not exactly once";
     }
+  }
+  // The click model's job file (fulcrum-worker, embedding_mlp) on
+  // synthetic logs under the test's temp dir, which the cluster must take
+  // as its --data_root (ClickCluster).
+  static std::string ClickJob(const std::string& name, int lines,
+                              uint64_t seed, const std::string& model,
+                              const std::string& extra) {
+    const std::string data = testing::TestTempDir() + "/" + name + "-data";
+    EXPECT_TRUE(testing::WriteSyntheticClicks(data, lines, 400, seed));
+    const std::string path = testing::TestTempDir() + "/" + name + ".yaml";
+    std::ofstream(path) << "name: " << name << "\nmodel: " << model
+                        << "\ndataset: {dir: " << data << "}\n"
+                        << R"(optimizer: {type: adam, lr: 0.01}
+embeddings:
+  - {name: cats, dim: 4, capacity: 10000, optimizer: {type: adagrad, lr: 0.1}}
+batch_size: 32
+epochs: 3
+shards: 2
+seed: 5
+eval_every_steps: 100000
+)" << extra;
+    return path;
+  }
+  static ProcessCluster::Options ClickCluster() {
+    const std::string root = "--data_root=" + testing::TestTempDir();
+    return {.shards = 2,
+            .workers = 2,
+            .worker_flags = {root},
+            .coordinator_flags = {"--lease_ms=2000", root}};
   }
 
   static int Count(const v1::JobStatus& s, const std::string& kind) {
@@ -413,32 +445,15 @@ TEST_F(ShardFaultTest, CorruptCheckpointIsRejectedAndThePreviousOneUsed) {
 // exactly the rows its file holds (each says so as it adopts), and the job
 // still reaches its AUC with every sample trained exactly once per epoch.
 TEST_F(FaultTest, KilledShardHoldingTableRowsRestoresThemAndTheJobFinishes) {
-  const std::string data = testing::TestTempDir() + "/kill_rows-data";
   constexpr int kLines = 6400, kEpochs = 3, kEvery = 40;
-  ASSERT_TRUE(testing::WriteSyntheticClicks(data, kLines, 400, 11));
-  const std::string root = "--data_root=" + testing::TestTempDir();
-  ProcessCluster c("kill_rows",
-                   {.shards = 2,
-                    .workers = 2,
-                    .worker_flags = {root},
-                    .coordinator_flags = {"--lease_ms=2000", root}});
+  ProcessCluster c("kill_rows", ClickCluster());
   ASSERT_FALSE(c.address().empty()) << c.Logs();
   const std::string dir = testing::TestTempDir() + "/kill_rows-ckpt";
-  const std::string path = testing::TestTempDir() + "/kill_rows.yaml";
-  std::ofstream(path) << "name: kill-rows\n"
-                      << "model: {type: embedding_mlp, table: cats, bottom: [8], top: [16]}\n"
-                      << "dataset: {dir: " << data << "}\n"
-                      << R"(optimizer: {type: adam, lr: 0.01}
-embeddings:
-  - {name: cats, dim: 4, capacity: 10000, optimizer: {type: adagrad, lr: 0.1}}
-batch_size: 32
-epochs: 3
-workers: {min: 2, max: 2}
-shards: 2
-seed: 5
-eval_every_steps: 100000
-)" << "checkpoint: {every_steps: " << kEvery << ", dir: " << dir
-                      << ", keep: 2, full_every: 2}\n";
+  const std::string path = ClickJob(
+      "kill-rows", kLines, 11,
+      "{type: embedding_mlp, table: cats, bottom: [8], top: [16]}",
+      absl::StrCat("workers: {min: 2, max: 2}\ncheckpoint: {every_steps: ",
+                   kEvery, ", dir: ", dir, ", keep: 2, full_every: 2}\n"));
   const std::string job = Submit(c, path);
   v1::JobStatus s = WaitFor(
       c, job, [](const v1::JobStatus& s) { return s.checkpoint_step() >= 80; },
@@ -484,22 +499,7 @@ eval_every_steps: 100000
   // Every other checkpoint is a differential (the first, step 40, is full).
   EXPECT_EQ(differentials, (restored / kEvery) % 2 == 0 ? 2 : 0)
       << "step " << restored;
-
-  s = WaitFor(c, job, [](const v1::JobStatus& s) { return Ended(s); },
-              absl::Minutes(3), "the job to end");
-  ASSERT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
-  EXPECT_GE(s.progress().test_accuracy(), 0.88) << "the test AUC";
-  s = WaitFor(
-      c, job,
-      [&](const v1::JobStatus& s) {
-        if (s.epochs_size() != kEpochs) return false;
-        for (const v1::EpochSamples& e : s.epochs())
-          if (e.trained() != kLines) return false;
-        return true;
-      },
-      absl::Seconds(10), "every epoch's ledger to be complete");
-  for (const v1::EpochSamples& e : s.epochs())
-    EXPECT_EQ(e.trained(), kLines) << "epoch " << e.epoch();
+  ExpectFinishedExactlyOnce(c, job, kEpochs, kLines, /*score=*/0.88);
 }
 
 // The click model's workers come and go: one is SIGKILLed mid-epoch,
@@ -507,30 +507,14 @@ eval_every_steps: 100000
 // shards) finishes with its AUC and every sample trained exactly once per
 // epoch.
 TEST_F(FaultTest, ClickModelWorkersJoinAndLeaveWithEverySampleOnce) {
-  const std::string data = testing::TestTempDir() + "/churn_rows-data";
   constexpr int kLines = 6400, kEpochs = 3;
-  ASSERT_TRUE(testing::WriteSyntheticClicks(data, kLines, 400, 13));
-  const std::string root = "--data_root=" + testing::TestTempDir();
-  ProcessCluster c("churn_rows",
-                   {.shards = 2,
-                    .workers = 2,
-                    .worker_flags = {root},
-                    .coordinator_flags = {"--lease_ms=2000", root}});
+  ProcessCluster c("churn_rows", ClickCluster());
   ASSERT_FALSE(c.address().empty()) << c.Logs();
-  const std::string path = testing::TestTempDir() + "/churn_rows.yaml";
-  std::ofstream(path) << "name: churn-rows\n"
-                      << "model: {type: embedding_mlp, table: cats, bottom: [4], top: [16], interaction: dot}\n"
-                      << "dataset: {dir: " << data << "}\n"
-                      << R"(optimizer: {type: adam, lr: 0.01}
-embeddings:
-  - {name: cats, dim: 4, capacity: 10000, optimizer: {type: adagrad, lr: 0.1}}
-batch_size: 32
-epochs: 3
-workers: {min: 1, max: 2}
-shards: 2
-seed: 5
-eval_every_steps: 100000
-)";
+  const std::string path = ClickJob(
+      "churn-rows", kLines, 13,
+      "{type: embedding_mlp, table: cats, bottom: [4], top: [16], "
+      "interaction: dot}",
+      "workers: {min: 1, max: 2}\n");
   const std::string job = Submit(c, path);
   WaitFor(
       c, job,
@@ -557,21 +541,7 @@ eval_every_steps: 100000
       },
       absl::Seconds(30), "the new worker to join");
   EXPECT_EQ(workers_joined(s), 3) << s.DebugString();
-  s = WaitFor(c, job, [](const v1::JobStatus& s) { return Ended(s); },
-              absl::Minutes(3), "the job to end");
-  ASSERT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
-  EXPECT_GE(s.progress().test_accuracy(), 0.88) << "the test AUC";
-  s = WaitFor(
-      c, job,
-      [&](const v1::JobStatus& s) {
-        if (s.epochs_size() != kEpochs) return false;
-        for (const v1::EpochSamples& e : s.epochs())
-          if (e.trained() != kLines) return false;
-        return true;
-      },
-      absl::Seconds(10), "every epoch's ledger to be complete");
-  for (const v1::EpochSamples& e : s.epochs())
-    EXPECT_EQ(e.trained(), kLines) << "epoch " << e.epoch();
+  ExpectFinishedExactlyOnce(c, job, kEpochs, kLines, /*score=*/0.88);
 }
 
 }  // namespace

@@ -124,8 +124,10 @@ absl::StatusOr<double> CtrWorkload::ComputeGradient(
   const int64_t n = int64_t{b.rows} * options_.shape.dim;
   backend_->CopyToHost(row_grads_dev_.get(), row_grads_.data(), n);
   RETURN_IF_ERROR(backend_->status());
-  pushed_.ids.assign(index_.ids.begin(), index_.ids.end());
-  pushed_.counts.assign(index_.counts.begin(), index_.counts.end());
+  // The index's distinct ids and counts are the push's (swapped, not
+  // copied: the next Build refills index_ in the other buffers' memory).
+  pushed_.ids.swap(index_.ids);
+  pushed_.counts.swap(index_.counts);
   pushed_.gradients.assign(row_grads_.begin(), row_grads_.begin() + n);
   RETURN_IF_ERROR(rows_->Push(options_.table, step, pushed_));
   return loss;

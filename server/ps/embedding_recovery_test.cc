@@ -34,8 +34,8 @@ std::vector<float> Rows(JobShard& job, const std::string& table) {
 }
 
 void PushRows(JobShard& job, const std::string& table, int dim, int64_t step,
-              float g) {
-  const std::vector<uint64_t> ids = Ids();
+              float g, const std::string& worker = "a",
+              const std::vector<uint64_t>& ids = Ids()) {
   std::vector<float> grads(ids.size() * dim, g);
   RowsPush p;
   p.table = table;
@@ -44,7 +44,7 @@ void PushRows(JobShard& job, const std::string& table, int dim, int64_t step,
   p.ids = ids;
   p.gradients = reinterpret_cast<const char*>(grads.data());
   p.gradient_bytes = grads.size() * 4;
-  auto r = job.PushRows("a", p);
+  auto r = job.PushRows(worker, p);
   ASSERT_TRUE(r.ok()) << r.status();
 }
 
@@ -206,15 +206,7 @@ TEST(EmbeddingRecoveryTest, AShardWithRowsButNoPartitionCheckpointsThem) {
   for (uint64_t id = 0; ids.size() < 10; ++id)
     if (ShardOfRow(id, 2) == 1) ids.push_back(id);
   auto push = [&](const std::string& w, int64_t step) {
-    std::vector<float> g(ids.size() * 2, 0.5f + step);
-    RowsPush p;
-    p.table = "user";
-    p.generation = job.generation();
-    p.step = step;
-    p.ids = ids;
-    p.gradients = reinterpret_cast<const char*>(g.data());
-    p.gradient_bytes = g.size() * 4;
-    ASSERT_TRUE(job.PushRows(w, p).ok());
+    PushRows(job, "user", 2, step, 0.5f + step, w, ids);
   };
   auto rows = [&] {
     std::vector<float> out;
