@@ -74,7 +74,7 @@ absl::StatusOr<EmbeddingMlp::Batch> CtrWorkload::Prepare(
     const int64_t r = rows_of != nullptr ? rows_of[i] : first + i;
     labels_[i] = logs.labels[r];
     std::copy_n(&logs.dense[r * s.dense], s.dense, &dense_[int64_t{i} * s.dense]);
-    std::copy_n(&logs.ids[r * s.fields], s.fields, &ids_[int64_t{i} * s.fields]);
+    logs.Ids(r, &ids_[int64_t{i} * s.fields]);
   }
   const int bags = count * s.fields;
   RETURN_IF_ERROR(indexer_.Build(absl::MakeConstSpan(ids_.data(), bags),

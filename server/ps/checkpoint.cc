@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/checksum/crc32c.h"
 #include "common/status/status_macros.h"
+#include "common/tensor/bytes.h"
 
 namespace fulcrum {
 namespace {
@@ -38,8 +39,8 @@ absl::Status WriteCheckpoint(Env* env, const std::string& path,
   std::string payload;
   for (const auto& [id, blob] : file.partitions) {
     const uint64_t size = blob.size();
-    payload.append(reinterpret_cast<const char*>(&id), sizeof(id));
-    payload.append(reinterpret_cast<const char*>(&size), sizeof(size));
+    AppendRaw(&payload, id);
+    AppendRaw(&payload, size);
     payload.append(blob);
   }
   const Header h{{'F', 'C', 'K', '1'},
@@ -49,7 +50,8 @@ absl::Status WriteCheckpoint(Env* env, const std::string& path,
                  static_cast<int32_t>(file.partitions.size()),
                  Crc32c(payload.data(), payload.size()),
                  static_cast<uint32_t>(file.job_id.size())};
-  std::string data(reinterpret_cast<const char*>(&h), sizeof(h));
+  std::string data;
+  AppendRaw(&data, h);
   data += file.job_id;
   data += payload;
   return WriteFileAtomically(env, path, data);
@@ -62,37 +64,33 @@ absl::StatusOr<CheckpointFile> ReadCheckpoint(Env* env,
     return absl::DataLossError(
         absl::StrCat("checkpoint ", path, " is corrupt: ", why));
   };
+  ByteReader r(data);
   Header h;
-  if (data.size() < sizeof(h)) return loss("shorter than its header");
-  std::memcpy(&h, data.data(), sizeof(h));
+  if (!r.Get(&h)) return loss("shorter than its header");
   if (std::memcmp(h.magic, "FCK1", 4) != 0) return loss("bad magic");
   if (h.format_version != kFormat) {
     return loss(absl::StrCat("unknown format version ", h.format_version));
   }
-  if (data.size() < sizeof(h) + h.job_id_size) return loss("truncated job id");
+  std::string_view job_id;
+  if (!r.Bytes(h.job_id_size, &job_id)) return loss("truncated job id");
   CheckpointFile file;
-  file.job_id = data.substr(sizeof(h), h.job_id_size);
+  file.job_id = std::string(job_id);
   file.step = h.step;
   file.shard = h.shard;
-  const size_t payload_at = sizeof(h) + h.job_id_size;
-  if (Crc32c(data.data() + payload_at, data.size() - payload_at) !=
-      h.payload_crc) {
+  const size_t payload_at = data.size() - r.left();
+  if (Crc32c(data.data() + payload_at, r.left()) != h.payload_crc) {
     return loss("CRC-32C mismatch (truncated or modified)");
   }
-  size_t at = payload_at;
   for (int32_t i = 0; i < h.partitions; ++i) {
     int32_t id;
     uint64_t size;
-    if (data.size() - at < sizeof(id) + sizeof(size))
+    if (!r.Get(&id) || !r.Get(&size))
       return loss("truncated partition header");
-    std::memcpy(&id, data.data() + at, sizeof(id));
-    std::memcpy(&size, data.data() + at + sizeof(id), sizeof(size));
-    at += sizeof(id) + sizeof(size);
-    if (data.size() - at < size) return loss("truncated partition");
-    file.partitions.emplace_back(id, data.substr(at, size));
-    at += size;
+    std::string_view blob;
+    if (!r.Bytes(size, &blob)) return loss("truncated partition");
+    file.partitions.emplace_back(id, std::string(blob));
   }
-  if (at != data.size()) return loss("trailing bytes");
+  if (r.left() != 0) return loss("trailing bytes");
   return file;
 }
 

@@ -72,7 +72,6 @@ absl::StatusOr<ClickLogs> LoadCriteo(const std::string& path, int64_t limit) {
         }
         logs.dense.push_back(static_cast<float>(std::log1p(std::max(v, 0.0))));
       } else {
-        const uint64_t field = column - ClickLogs::kDense;  // 1-based
         uint64_t c = 0;
         if (tab > p) {
           auto [q, ec] = std::from_chars(p, tab, c, 16);
@@ -83,7 +82,7 @@ absl::StatusOr<ClickLogs> LoadCriteo(const std::string& path, int64_t limit) {
                                         "digits)"));
           }
         }
-        logs.ids.push_back(field << 32 | c);
+        logs.cats.push_back(static_cast<uint32_t>(c));
       }
       ++column;
       if (tab == end) break;

@@ -37,15 +37,15 @@ TEST(CriteoTest, ReadsLikeTheTorchExample) {
   EXPECT_FLOAT_EQ(logs->dense[1], std::log1p(1.0f));
   EXPECT_EQ(logs->dense[13], 0.0f);      // missing
   EXPECT_EQ(logs->dense[26], 0.0f);      // negative: max(x, 0)
-  EXPECT_EQ(logs->ids[0], (uint64_t{1} << 32) | 0x0a0b0c0d);
-  EXPECT_EQ(logs->ids[1], (uint64_t{2} << 32) | 0xff);
-  EXPECT_EQ(logs->ids[25], (uint64_t{26} << 32) | 0xff);
-  EXPECT_EQ(logs->ids[26], uint64_t{1} << 32);  // missing: the field's id
-  EXPECT_EQ(logs->ids[52], (uint64_t{1} << 32) | 0xffffffff);
+  EXPECT_EQ(logs->id(0, 0), (uint64_t{1} << 32) | 0x0a0b0c0d);
+  EXPECT_EQ(logs->id(0, 1), (uint64_t{2} << 32) | 0xff);
+  EXPECT_EQ(logs->id(0, 25), (uint64_t{26} << 32) | 0xff);
+  EXPECT_EQ(logs->id(1, 0), uint64_t{1} << 32);  // missing: the field's id
+  EXPECT_EQ(logs->id(2, 0), (uint64_t{1} << 32) | 0xffffffff);
   auto first = LoadCriteo(path, 2);
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(first->count, 2);
-  EXPECT_EQ(first->ids.size(), 52u);
+  EXPECT_EQ(first->cats.size(), 52u);
 }
 
 TEST(CriteoTest, BadLinesAreNamedByLineAndColumn) {

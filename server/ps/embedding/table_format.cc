@@ -4,39 +4,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/tensor/bytes.h"
 
 namespace fulcrum {
 namespace {
 
 constexpr char kMagic[4] = {'F', 'E', 'T', '2'};
 constexpr char kMagicV1[4] = {'F', 'E', 'T', '1'};
-
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (in_.size() < sizeof(T)) return false;
-    std::memcpy(v, in_.data(), sizeof(T));
-    in_.remove_prefix(sizeof(T));
-    return true;
-  }
-  bool Bytes(size_t n, std::string_view* out) {
-    if (in_.size() < n) return false;
-    *out = in_.substr(0, n);
-    in_.remove_prefix(n);
-    return true;
-  }
-  size_t left() const { return in_.size(); }
-
- private:
-  std::string_view in_;
-};
 
 }  // namespace
 
@@ -47,27 +21,27 @@ std::string SaveTable(EmbeddingTable& table, int64_t base_step) {
   const int record = table.record_floats();
   table.ForEachRecordSince(
       full, [&](uint64_t id, uint32_t freq, const float* r, bool changed) {
-        Put(&rows, id);
-        Put(&rows, freq);
+        AppendRaw(&rows, id);
+        AppendRaw(&rows, freq);
         const bool with = full || changed;
-        Put(&rows, static_cast<uint8_t>(with ? 1 : 0));
+        AppendRaw(&rows, static_cast<uint8_t>(with ? 1 : 0));
         if (with)
-          rows.append(reinterpret_cast<const char*>(r), sizeof(float) * record);
+          AppendRawArray(&rows, r, record);
         ++count;
       });
   std::string out(kMagic, sizeof(kMagic));
-  Put(&out, static_cast<uint32_t>(table.name().size()));
+  AppendRaw(&out, static_cast<uint32_t>(table.name().size()));
   out += table.name();
-  Put(&out, static_cast<int32_t>(table.dim()));
-  Put(&out, static_cast<int32_t>(record));
-  Put(&out, static_cast<int64_t>(full ? -1 : base_step));
-  Put(&out, count);
+  AppendRaw(&out, static_cast<int32_t>(table.dim()));
+  AppendRaw(&out, static_cast<int32_t>(record));
+  AppendRaw(&out, static_cast<int64_t>(full ? -1 : base_step));
+  AppendRaw(&out, count);
   out += rows;
   return out;
 }
 
 absl::StatusOr<TableBlobHeader> ReadTableHeader(std::string_view blob) {
-  Reader r(blob);
+  ByteReader r(blob);
   std::string_view magic, name;
   uint32_t name_size = 0;
   TableBlobHeader h;
@@ -91,7 +65,7 @@ absl::StatusOr<TableBlobHeader> ReadTableHeader(std::string_view blob) {
 
 absl::StatusOr<SavedRows> DecodeTable(std::string_view blob,
                                       const EmbeddingTable& table) {
-  Reader r(blob);
+  ByteReader r(blob);
   std::string_view magic, name;
   uint32_t name_size = 0;
   int32_t dim = 0, record = 0;
