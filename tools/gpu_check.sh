@@ -138,7 +138,7 @@ YAML
 ctr_job() {  # name: the click model (issue 14) on the carried logs
   cat >"$work/$1.yaml" <<YAML
 name: $1
-model: {type: embedding_mlp, table: deep, bottom: [64, 16], top: [128, 64]}
+model: {type: embedding_mlp, table: deep, bottom: [64, 16], top: [128, 64], interaction: dot}
 dataset: {dir: $DATA/ctr}
 optimizer: {type: adam, lr: 0.001}
 batch_size: 512
@@ -210,7 +210,7 @@ fi
 printf "%-34s %s ms\n" "step compute, CPU worker" "$(field step_compute_ms "$cj")"
 printf "%-34s %s\n" "samples/s (job, CPU, 600 steps)" "$(rate "$cj")"
 if [ "$ctr" = yes ]; then
-  echo "click model (embedding_mlp, 2 workers, 1 shard, batch 512, 2 epochs; planted AUC $(awk '/planted_auc/ {print $2}' "$DATA/ctr/planted.txt")):"
+  echo "click model (embedding_mlp with dot interaction, 2 workers, 1 shard, batch 512, 2 epochs; planted AUC $(awk '/planted_auc/ {print $2}' "$DATA/ctr/planted.txt")):"
   for j in ${gcj:-} $ccj; do
     printf "  %-32s %s, AUC %s, %s samples/s, compute %s ms, wait %s ms\n" "$(basename "$j" .json)" \
       "$(field state "$j")" "$(field test_accuracy "$j")" "$(rate "$j")" \
