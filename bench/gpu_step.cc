@@ -21,6 +21,7 @@
 
 #include "common/tensor/layout.h"
 #include "worker/backend/cpu_backend.h"
+#include "worker/model/backend_bag_index.h"
 #include "worker/model/bag_index.h"
 #include "worker/model/embedding_mlp.h"
 #include "worker/model/mlp.h"
@@ -98,8 +99,7 @@ double EmbeddingStepMs(fulcrum::Backend* backend, int batch, int steps) {
   float* xd = backend->Allocate(static_cast<int64_t>(dense.size()));
   float* rows = backend->Allocate(int64_t{bags} * shape.dim);
   float* row_grads = backend->Allocate(int64_t{bags} * shape.dim);
-  int32_t* index[4];
-  for (int32_t*& i : index) i = backend->AllocateIndices(bags + 1);
+  fulcrum::BackendBagIndex index(backend, bags);
   backend->CopyToDevice(params.data(), p, total);
   backend->CopyToDevice(dense.data(), xd, static_cast<int64_t>(dense.size()));
   std::vector<float> values(int64_t{bags} * shape.dim, 0.01f);
@@ -111,21 +111,12 @@ double EmbeddingStepMs(fulcrum::Backend* backend, int batch, int steps) {
   auto run = [&](int n) {
     for (int i = 0; i < n; ++i) {
       if (!indexer.Build(ids[i % ids.size()], offsets, &x).ok()) return;
-      backend->CopyIndicesToDevice(x.bag_offsets.data(), index[0], bags + 1);
-      backend->CopyIndicesToDevice(x.bag_rows.data(), index[1], bags);
-      backend->CopyIndicesToDevice(x.row_offsets.data(), index[2],
-                                   x.rows() + 1);
-      backend->CopyIndicesToDevice(x.row_bags.data(), index[3], bags);
       fulcrum::EmbeddingMlp::Batch b;
+      index.Place(x, &b);
       b.size = batch;
       b.dense = xd;
       b.labels = labels.data();
-      b.rows = x.rows();
       b.row_values = rows;
-      b.bag_offsets = index[0];
-      b.bag_rows = index[1];
-      b.row_offsets = index[2];
-      b.row_bags = index[3];
       (*model)->ForwardBackward(p, b, g, row_grads, [](int64_t) {});
     }
     backend->Synchronize();
@@ -140,7 +131,6 @@ double EmbeddingStepMs(fulcrum::Backend* backend, int batch, int steps) {
       steps;
   model->reset();
   for (float* f : {p, g, xd, rows, row_grads}) backend->Free(f);
-  for (int32_t* i : index) backend->FreeIndices(i);
   return ms;
 }
 

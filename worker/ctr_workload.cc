@@ -28,20 +28,14 @@ CtrWorkload::CtrWorkload(Backend* backend, const ClickLogs* train,
       row_values_dev_(backend, row_values_.data(),
                       static_cast<int64_t>(row_values_.size())),
       row_grads_dev_(backend, row_grads_.data(),
-                     static_cast<int64_t>(row_grads_.size())) {
+                     static_cast<int64_t>(row_grads_.size())),
+      index_on_backend_(backend, max_bags_) {
   for (int64_t j = 0; j <= max_bags_; ++j)
     offsets_[j] = static_cast<int32_t>(j);
-  if (!backend_->HostAccessible()) {
-    for (int32_t*& p : index_dev_) p = backend_->AllocateIndices(max_bags_ + 1);
-  }
   pushed_.dim = options_.shape.dim;
 }
 
-CtrWorkload::~CtrWorkload() {
-  for (int32_t* p : index_dev_) {
-    if (p != nullptr) backend_->FreeIndices(p);
-  }
-}
+CtrWorkload::~CtrWorkload() = default;
 
 absl::StatusOr<std::unique_ptr<CtrWorkload>> CtrWorkload::Create(
     Backend* backend, const ParameterLayout* layout, const ClickLogs* train,
@@ -87,29 +81,13 @@ absl::StatusOr<EmbeddingMlp::Batch> CtrWorkload::Prepare(
   EmbeddingMlp::Batch b;
   b.size = count;
   b.labels = labels_.data();
-  b.rows = index_.rows();
   b.dense = dense_dev_.get();
   b.row_values = row_values_dev_.get();
   backend_->CopyToDevice(dense_.data(), dense_dev_.get(),
                          int64_t{count} * s.dense);
   backend_->CopyToDevice(row_values_.data(), row_values_dev_.get(),
                          int64_t{index_.rows()} * s.dim);
-  const std::vector<int32_t>* maps[4] = {&index_.bag_offsets, &index_.bag_rows,
-                                         &index_.row_offsets, &index_.row_bags};
-  const int32_t* on_backend[4];
-  for (int m = 0; m < 4; ++m) {
-    if (backend_->HostAccessible()) {
-      on_backend[m] = maps[m]->data();
-    } else {
-      backend_->CopyIndicesToDevice(maps[m]->data(), index_dev_[m],
-                                    static_cast<int64_t>(maps[m]->size()));
-      on_backend[m] = index_dev_[m];
-    }
-  }
-  b.bag_offsets = on_backend[0];
-  b.bag_rows = on_backend[1];
-  b.row_offsets = on_backend[2];
-  b.row_bags = on_backend[3];
+  index_on_backend_.Place(index_, &b);
   return b;
 }
 

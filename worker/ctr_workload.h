@@ -21,6 +21,7 @@
 #include "common/embedding/sparse_batch.h"
 #include "worker/backend/device_buffer.h"
 #include "worker/data/criteo.h"
+#include "worker/model/backend_bag_index.h"
 #include "worker/model/bag_index.h"
 #include "worker/model/embedding_mlp.h"
 #include "worker/row_client.h"
@@ -85,7 +86,7 @@ class CtrWorkload : public Workload {
   BagIndex index_;
   SparseBatch pushed_;
   DeviceBuffer dense_dev_, row_values_dev_, row_grads_dev_;
-  int32_t* index_dev_[4] = {};  // a device's copies of the index maps
+  BackendBagIndex index_on_backend_;
   std::vector<float> logits_;   // evaluation
 };
 

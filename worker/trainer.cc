@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Workload>> Trainer::CtrWorkloadFor(
   o.table = spec.model().table();
   ASSIGN_OR_RETURN(o.shape, EmbeddingMlpShapeOf(spec));
   o.batch = spec.batch_size();
-  o.eval_batch = std::max(o.batch, options_.eval_batch);
+  o.eval_batch = EvalBatch(spec);
   o.rows.timeout = options_.step_timeout;
   auto load_test = [this, dataset = spec.dataset()] {
     return LoadClicks(dataset, false);
@@ -96,7 +96,7 @@ absl::StatusOr<TrainResult> Trainer::Run(const Assignment& assignment,
   ASSIGN_OR_RETURN(ParameterLayout layout, LayoutForSpec(spec));
   TrainingRun::WorkloadFactory make_workload;
   const int batch = spec.batch_size();
-  const int eval_batch = std::max(batch, options_.eval_batch);
+  const int eval_batch = EvalBatch(spec);
   // The data is loaded already when this worker prepared to join.
   if (spec.model().type() == "embedding_mlp") {
     make_workload = [this, &spec](const ParameterLayout* layout) {

@@ -12,6 +12,7 @@
 #ifndef FULCRUM_WORKER_TRAINER_H_
 #define FULCRUM_WORKER_TRAINER_H_
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -91,6 +92,10 @@ class Trainer {
   // dataset.dir under Options::data_root (INVALID_ARGUMENT naming
   // dataset.dir when it leads out).
   absl::StatusOr<std::string> DatasetDir(const v1::DatasetSpec& d) const;
+  // Evaluation batches: Options::eval_batch, at least the job's batch.
+  int EvalBatch(const v1::JobSpec& spec) const {
+    return std::max(spec.batch_size(), options_.eval_batch);
+  }
   // The workload of model.type embedding_mlp.
   absl::StatusOr<std::unique_ptr<Workload>> CtrWorkloadFor(
       const v1::JobSpec& spec, const ParameterLayout* layout);
