@@ -32,7 +32,6 @@ CtrWorkload::CtrWorkload(Backend* backend, const ClickLogs* train,
       index_on_backend_(backend, max_bags_) {
   for (int64_t j = 0; j <= max_bags_; ++j)
     offsets_[j] = static_cast<int32_t>(j);
-  pushed_.dim = options_.shape.dim;
 }
 
 CtrWorkload::~CtrWorkload() = default;
@@ -102,22 +101,18 @@ absl::StatusOr<double> CtrWorkload::ComputeGradient(
   const int64_t n = int64_t{b.rows} * options_.shape.dim;
   backend_->CopyToHost(row_grads_dev_.get(), row_grads_.data(), n);
   RETURN_IF_ERROR(backend_->status());
-  // The index's distinct ids and counts are the push's (swapped, not
-  // copied: the next Build refills index_ in the other buffers' memory).
-  pushed_.ids.swap(index_.ids);
-  pushed_.counts.swap(index_.counts);
-  pushed_.gradients.assign(row_grads_.begin(), row_grads_.begin() + n);
-  RETURN_IF_ERROR(rows_->Push(options_.table, step, pushed_));
+  // The index's distinct ids and counts are the push's, as they are.
+  RETURN_IF_ERROR(rows_->PushSummed(
+      options_.table, options_.shape.dim, step, index_.ids, index_.counts,
+      absl::MakeConstSpan(row_grads_.data(), n)));
   return loss;
 }
 
 absl::Status CtrWorkload::EmptyStep(int64_t step) {
   if (rows_ == nullptr)
     return absl::FailedPreconditionError("no generation joined");
-  pushed_.ids.clear();
-  pushed_.counts.clear();
-  pushed_.gradients.clear();
-  return rows_->Push(options_.table, step, pushed_);
+  return rows_->PushSummed(options_.table, options_.shape.dim, step, {}, {},
+                          {});
 }
 
 absl::StatusOr<Evaluation> CtrWorkload::Evaluate(const float* params) {

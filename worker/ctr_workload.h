@@ -84,7 +84,6 @@ class CtrWorkload : public Workload {
   std::vector<int32_t> offsets_;  // 0, 1, ..., bags: one id a bag
   BagIndexer indexer_;
   BagIndex index_;
-  SparseBatch pushed_;
   DeviceBuffer dense_dev_, row_values_dev_, row_grads_dev_;
   BackendBagIndex index_on_backend_;
   std::vector<float> logits_;   // evaluation

@@ -167,17 +167,35 @@ absl::Status RowClient::Push(const std::string& table, int dim, int64_t step,
 
 absl::Status RowClient::Push(const std::string& table, int64_t step,
                              const SparseBatch& batch) {
+  return PushSummed(table, batch.dim, step, batch.ids, batch.counts,
+                    batch.gradients);
+}
+
+absl::Status RowClient::PushSummed(const std::string& table, int dim,
+                                   int64_t step,
+                                   absl::Span<const uint64_t> batch_ids,
+                                   absl::Span<const uint32_t> batch_counts,
+                                   absl::Span<const float> batch_grads) {
+  if (batch_counts.size() != batch_ids.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("counts: ", batch_counts.size(), " for ",
+                     batch_ids.size(), " ids"));
+  }
+  if (batch_grads.size() != batch_ids.size() * dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradients: ", batch_grads.size(), " floats for ",
+                     batch_ids.size(), " ids of dim ", dim));
+  }
   const absl::Time deadline = absl::Now() + options_.timeout;
-  const int dim = batch.dim;
   std::vector<uint32_t> order;
   const std::vector<Run> runs =
-      Runs(SplitByShard(batch.ids, options_.shards),
+      Runs(SplitByShard(batch_ids, options_.shards),
            std::max<int64_t>(1, options_.chunk_bytes / (4 * dim)), &order,
            /*every_shard=*/true);
   for (const Run& r : runs) {
     if (r.chunks > kMaxChunks) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "embedding rows: ", batch.ids.size(), " rows of table '", table,
+          "embedding rows: ", batch_ids.size(), " rows of table '", table,
           "' need more than ", kMaxChunks, " requests of chunk_bytes per "
           "shard; raise chunk_bytes or use smaller batches"));
     }
@@ -186,10 +204,10 @@ absl::Status RowClient::Push(const std::string& table, int64_t step,
   std::vector<uint32_t> counts(order.size());
   std::vector<float> grads(order.size() * dim);
   for (size_t k = 0; k < order.size(); ++k) {
-    ids[k] = batch.ids[order[k]];
-    counts[k] = batch.counts[order[k]];
+    ids[k] = batch_ids[order[k]];
+    counts[k] = batch_counts[order[k]];
     std::memcpy(grads.data() + k * dim,
-                batch.gradients.data() + size_t{order[k]} * dim,
+                batch_grads.data() + size_t{order[k]} * dim,
                 sizeof(float) * dim);
   }
   return RunAll(static_cast<int>(runs.size()), deadline,

@@ -58,6 +58,13 @@ class RowClient {
   // The same, already summed.
   absl::Status Push(const std::string& table, int64_t step,
                     const SparseBatch& batch);
+  // The same, already summed, as views: distinct ids, their counts and
+  // grads[ids.size() x dim] (INVALID_ARGUMENT naming the one that
+  // disagrees in size).
+  absl::Status PushSummed(const std::string& table, int dim, int64_t step,
+                          absl::Span<const uint64_t> ids,
+                          absl::Span<const uint32_t> counts,
+                          absl::Span<const float> grads);
 
  private:
   // Runs `calls` (indices into the caller's requests) through `issue`,

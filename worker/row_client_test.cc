@@ -103,6 +103,32 @@ TEST_F(RowClientTest, SplitsSumsAndChunks) {
   }
 }
 
+// Views that disagree in size are refused before anything is sent.
+TEST_F(RowClientTest, PushSummedNamesTheViewThatDisagrees) {
+  ASSERT_TRUE(tier_.status().ok()) << tier_.status();
+  Flaky counting(local_.get(), 0);
+  RowClient client = Client(&counting);
+  const std::vector<uint64_t> ids = {1, 2, 3};
+  const std::vector<uint32_t> counts = {1, 2};
+  const std::vector<float> grads(12, 1.0f);
+  absl::Status s = client.PushSummed("user", 4, 0, ids, counts, grads);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("counts"), std::string::npos) << s;
+  const std::vector<uint32_t> three = {1, 2, 1};
+  s = client.PushSummed("user", 4, 0, ids, three,
+                        absl::MakeConstSpan(grads).subspan(0, 8));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("gradients"), std::string::npos) << s;
+  EXPECT_EQ(counting.calls.load(), 0);
+  // The same views, whole, are pushed: row 2 moves by its gradient (sgd 1.0).
+  float before[4], after[4];
+  const uint64_t two = 2;
+  ASSERT_TRUE(client.Pull("user", 4, absl::MakeConstSpan(&two, 1), before).ok());
+  ASSERT_TRUE(client.PushSummed("user", 4, 0, ids, three, grads).ok());
+  ASSERT_TRUE(client.Pull("user", 4, absl::MakeConstSpan(&two, 1), after).ok());
+  EXPECT_FLOAT_EQ(after[0], before[0] - 1.0f);
+}
+
 TEST_F(RowClientTest, RetriesUnavailableUntilItsTimeout) {
   const std::vector<uint64_t> ids = {1, 2, 3, 4, 5, 6};
   std::vector<float> rows(ids.size() * 4);
