@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
+#include "common/tensor/bytes.h"
 #include "server/ps/service.h"
 
 namespace fulcrum {
@@ -106,18 +107,18 @@ grpc::Status ParameterServerService::ExportRows(
       std::string ids, values;
       table->ForEachRowOfStripe(
           s, [&](uint64_t id, const float* v, const float*) {
-            ids.append(reinterpret_cast<const char*>(&id), sizeof(id));
-            values.append(reinterpret_cast<const char*>(v),
-                          sizeof(float) * table->dim());
+            AppendRaw(&ids, id);
+            AppendRawArray(&values, v, table->dim());
           });
       const size_t rows = ids.size() / 8;
       const size_t per_page =
           std::max<size_t>(1, static_cast<size_t>(page_bytes) / row_bytes);
       for (size_t first = 0; first < rows; first += per_page) {
         const size_t n = std::min(per_page, rows - first);
-        page.set_ids(ids.substr(first * 8, n * 8));
+        // Straight from the stripe's copy into the page (no substring).
+        page.mutable_ids()->assign(ids, first * 8, n * 8);
         const size_t vb = sizeof(float) * table->dim();
-        page.set_values(values.substr(first * vb, n * vb));
+        page.mutable_values()->assign(values, first * vb, n * vb);
         if (context->IsCancelled() || !flush())
           return grpc::Status(grpc::StatusCode::CANCELLED,
                               "the export's reader went away");
