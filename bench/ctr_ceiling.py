@@ -10,18 +10,10 @@ than c times in --train lines zeroed (what the Zipf tail costs).
     bench/ctr_ceiling.py [--lines 200000] [--train 3000000]
 """
 import argparse
-import importlib.machinery
-import importlib.util
-import os
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-loader = importlib.machinery.SourceFileLoader(
-    "make_ctr_data", os.path.join(HERE, "..", "tools", "make_ctr_data"))
-spec = importlib.util.spec_from_loader("make_ctr_data", loader)
-m = importlib.util.module_from_spec(spec)
-loader.exec_module(m)
+from planted import generator as m
 
 
 def main():

@@ -10,8 +10,6 @@ AUC. What it misses is what the lines cannot tell, not what a model lacks.
     bench/ctr_oracle.py --data DIR [--limit LINES] [--epochs 1] [--lr 0.1]
 """
 import argparse
-import importlib.machinery
-import importlib.util
 import os
 import sys
 import time
@@ -24,11 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples", "torch", "ctr"))
 import ctr_data  # noqa: E402
 
-loader = importlib.machinery.SourceFileLoader(
-    "make_ctr_data", os.path.join(HERE, "..", "tools", "make_ctr_data"))
-spec = importlib.util.spec_from_loader("make_ctr_data", loader)
-planted = importlib.util.module_from_spec(spec)
-loader.exec_module(planted)
+from planted import generator as planted  # noqa: E402
 
 
 def main():

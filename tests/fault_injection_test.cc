@@ -80,6 +80,17 @@ class FaultTest : public ::testing::Test {
     return last;
   }
 
+  // Waits (up to 60 s) until the job runs at step `step` or later.
+  v1::JobStatus WaitForStep(ProcessCluster& c, const std::string& job,
+                            int64_t step) {
+    return WaitFor(
+        c, job,
+        [step](const v1::JobStatus& s) {
+          return s.state() == v1::RUNNING && s.progress().step() >= step;
+        },
+        absl::Seconds(60), absl::StrCat("step ", step));
+  }
+
   static bool Ended(const v1::JobStatus& s) {
     return s.state() == v1::SUCCEEDED || s.state() == v1::FAILED ||
            s.state() == v1::CANCELLED;
@@ -159,12 +170,7 @@ TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
       Submit(c, Job("kill-worker", "epochs: 3\nworkers: {min: 3, max: 3}\n"
                                    "shards: 2\n"));
   // Mid epoch 0 (6000 / 96 = 63 steps per epoch).
-  WaitFor(
-      c, job,
-      [](const v1::JobStatus& s) {
-        return s.state() == v1::RUNNING && s.progress().step() >= 25;
-      },
-      absl::Seconds(60), "step 25");
+  WaitForStep(c, job, 25);
   c.Kill("worker-2");
   const absl::Time killed = absl::Now();
   v1::JobStatus s = WaitFor(
@@ -200,12 +206,7 @@ TEST_F(FaultTest, AWorkerPausedPastItsLeaseTrainsOnUnderItsNewId) {
   ASSERT_FALSE(c.address().empty()) << c.Logs();
   const std::string first = Submit(
       c, Job("paused", "epochs: 2\nworkers: {min: 2, max: 2}\n"));
-  v1::JobStatus s = WaitFor(
-      c, first,
-      [](const v1::JobStatus& s) {
-        return s.state() == v1::RUNNING && s.progress().step() >= 10;
-      },
-      absl::Seconds(60), "step 10");
+  v1::JobStatus s = WaitForStep(c, first, 10);
   const std::vector<std::string> before(s.workers().begin(),
                                         s.workers().end());
   c.Signal("worker-1", SIGSTOP);
@@ -257,12 +258,7 @@ TEST_F(FaultTest, RestartedCoordinatorKeepsRunningJobs) {
   const std::string job = Submit(
       c, Job("kill-coordinator",
              "epochs: 6\nworkers: {min: 2, max: 2}\nshards: 2\n"));
-  WaitFor(
-      c, job,
-      [](const v1::JobStatus& s) {
-        return s.state() == v1::RUNNING && s.progress().step() >= 30;
-      },
-      absl::Seconds(60), "step 30");
+  WaitForStep(c, job, 30);
   c.Kill("coordinator");
   absl::SleepFor(absl::Milliseconds(1500));  // workers and shards carry on
   c.Restart("coordinator");
@@ -296,12 +292,7 @@ TEST_F(FaultTest, ScalesTwoToFourToOneWithoutRestartingAnyone) {
   ASSERT_FALSE(c.address().empty()) << c.Logs();
   const std::string job = Submit(
       c, Job("scale", "epochs: 30\nworkers: {min: 1, max: 4}\nshards: 1\n"));
-  WaitFor(
-      c, job,
-      [](const v1::JobStatus& s) {
-        return s.state() == v1::RUNNING && s.progress().step() >= 20;
-      },
-      absl::Seconds(60), "step 20");
+  WaitForStep(c, job, 20);
   const std::string w3 = c.AddWorker(), w4 = c.AddWorker();
   v1::JobStatus s = WaitFor(
       c, job, [](const v1::JobStatus& s) { return s.workers_size() == 4; },
@@ -516,12 +507,7 @@ TEST_F(FaultTest, ClickModelWorkersJoinAndLeaveWithEverySampleOnce) {
       "interaction: dot}",
       "workers: {min: 1, max: 2}\n");
   const std::string job = Submit(c, path);
-  WaitFor(
-      c, job,
-      [](const v1::JobStatus& s) {
-        return s.state() == v1::RUNNING && s.progress().step() >= 40;
-      },
-      absl::Seconds(60), "step 40");
+  WaitForStep(c, job, 40);
   c.Kill("worker-2");
   v1::JobStatus s = WaitFor(
       c, job, [](const v1::JobStatus& s) { return Count(s, "lost") >= 1; },
