@@ -462,7 +462,7 @@ TEST_F(FaultTest, KilledShardHoldingTableRowsRestoresThemAndTheJobFinishes) {
   // what its file of that step says (a differential names every resident
   // row too).
   int differentials = 0;
-  for (const std::string& log : {"shard-1.log", "shard-2.2.log"}) {
+  for (const char* log : {"shard-1.log", "shard-2.2.log"}) {
     std::ifstream in(c.dir() + "/" + log);
     const std::string text((std::istreambuf_iterator<char>(in)),
                            std::istreambuf_iterator<char>());

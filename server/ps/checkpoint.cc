@@ -264,21 +264,27 @@ void CheckpointWriter::Run() {
         CheckpointPath(options_.dir, options_.job_id, file.step, options_.shard);
     const absl::Time start = env->Now();
     absl::Status s;
+    bool skipped = false;
     if (options_.more) {
       Options::More more = options_.more(file.step);
+      s = more.skip;
+      skipped = !s.ok();
       for (auto& blob : more.blobs) file.partitions.push_back(std::move(blob));
       // The sidecar goes first: a file that needs another is never on
       // disk without saying so.
       const std::string needs =
           NeedsPath(options_.dir, options_.job_id, file.step, options_.shard);
-      if (more.needs >= 0 && more.needs != file.step) {
+      if (skipped) {
+        // nothing written
+      } else if (more.needs >= 0 && more.needs != file.step) {
         s = WriteFileAtomically(env, needs, absl::StrCat(more.needs, "\n"));
       } else {
         env->RemoveFile(needs).IgnoreError();  // an older one's, rewritten
       }
     }
     if (s.ok()) s = WriteCheckpoint(env, path, file);
-    if (options_.more_written) options_.more_written(file.step, s.ok());
+    if (options_.more_written && !skipped)
+      options_.more_written(file.step, s.ok());
     if (s.ok())
       PruneCheckpoints(env, options_.dir, options_.job_id, options_.shard,
                        options_.keep);

@@ -91,9 +91,12 @@ class CheckpointWriter {
     // taken on the writer thread just before the file of `step` is
     // written, and the step whose file they need besides (a differential's
     // full save; -1 or `step`: none). May be null.
+    // `skip` not ok: the file of `step` is not written (on_written gets
+    // the status; no more_written call).
     struct More {
       std::vector<std::pair<int32_t, std::string>> blobs;
       int64_t needs = -1;
+      absl::Status skip;
     };
     std::function<More(int64_t step)> more;
     // Called on the writer thread after each attempt to write a file with

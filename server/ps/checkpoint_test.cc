@@ -193,5 +193,41 @@ TEST(CheckpointWriterTest, ReportsFailures) {
   EXPECT_FALSE(seen.ok());
 }
 
+
+// `more` may say a step's file is not to be written (the embedding rows'
+// cut was dropped): nothing is written, on_written gets the reason,
+// more_written is not called, and the next step writes normally.
+TEST(CheckpointWriterTest, AStepMoreSkipsIsNotWritten) {
+  const std::string dir = Dir("skipped");
+  std::vector<std::pair<int64_t, absl::Status>> seen;
+  std::vector<int64_t> more_written;
+  CheckpointWriter::Options options{
+      dir, "job-3", 0, 1, 3,
+      [&](int64_t step, double, const absl::Status& s) {
+        seen.emplace_back(step, s);
+      }};
+  options.more = [](int64_t step) {
+    CheckpointWriter::Options::More more;
+    if (step == 5) more.skip = absl::FailedPreconditionError("cut dropped");
+    more.blobs.emplace_back(-1, "rows" + std::to_string(step));
+    return more;
+  };
+  options.more_written = [&](int64_t step, bool) {
+    more_written.push_back(step);
+  };
+  CheckpointWriter writer(options);
+  writer.Add(5, 0, "x");
+  writer.Flush();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].second.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ListCheckpointSteps(Env::Default(), dir, "job-3", 0).empty());
+  writer.Add(6, 0, "y");
+  writer.Flush();
+  EXPECT_EQ(ListCheckpointSteps(Env::Default(), dir, "job-3", 0),
+            (std::vector<int64_t>{6}));
+  EXPECT_EQ(more_written, (std::vector<int64_t>{6}));
+  EXPECT_EQ(writer.last_written(), 6);
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -230,5 +230,45 @@ TEST(EmbeddingRecoveryTest, AShardWithRowsButNoPartitionCheckpointsThem) {
   EXPECT_EQ(rows(), at2);
 }
 
+
+// A worker pushes a step's rows after its dense gradient, so the dense
+// partitions may complete step 1 - and queue checkpoint 2 - before the
+// rows of step 1 arrive, and the rows of step 2 may come before the writer
+// copies: checkpoint 2 holds exactly the rows of steps 0 and 1.
+TEST(EmbeddingRecoveryTest, CheckpointNHoldsTheRowsOfTheStepsBeforeN) {
+  const std::string dir = TestDir("embedding_cut");
+  JobInit init = TinyJob({"a"});
+  init.spec.mutable_checkpoint()->set_every_steps(2);
+  init.spec.mutable_checkpoint()->set_dir(dir);
+  v1::EmbeddingTableSpec* t = init.spec.add_embeddings();
+  t->set_name("user");
+  t->set_dim(4);
+  t->set_capacity(1000);
+  t->mutable_optimizer()->set_type("adam");
+  t->mutable_optimizer()->set_lr(0.1);
+  ApplyDefaults(&init.spec);
+  ASSERT_TRUE(ValidateJobSpec(init.spec).ok()) << ValidateJobSpec(init.spec);
+  auto created = JobShard::Create(init);
+  ASSERT_TRUE(created.ok()) << created.status();
+  JobShard& job = **created;
+  const auto dense = [&](int64_t s) {
+    std::vector<float> g(job.PartitionSize(0), 0.1f);
+    PushChunk c = Chunk(s, g, 1);
+    ASSERT_TRUE(Completed(job.Push(0, c)));
+  };
+  PushRows(job, "user", 4, 0, 0.5f);
+  dense(0);
+  dense(1);  // version 2: checkpoint 2 is queued; step 1's rows are not in
+  PushRows(job, "user", 4, 1, -0.25f);
+  const std::vector<float> at2 = Rows(job, "user");
+  PushRows(job, "user", 4, 2, 2.0f);  // step 2's, before the copy
+  job.FlushCheckpoints();
+  ASSERT_EQ(job.CheckpointSteps(), (std::vector<int64_t>{2}));
+  ASSERT_NE(Rows(job, "user"), at2);
+  ASSERT_TRUE(job.Adopt(2, {"a"}, 2).ok());
+  ASSERT_TRUE(job.Align(2, {"a"}, 2).ok());
+  EXPECT_EQ(Rows(job, "user"), at2);
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iostream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -103,7 +104,7 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
       job->layout_.PartitionsOfShard(init.shard_index);
   const v1::CheckpointSpec& ck = init.spec.checkpoint();
   // A shard holding no partition but embedding rows checkpoints them by
-  // the members' row pushes (row_clocks_, job_shard_embeddings.cc).
+  // the members' row clocks (job_shard_embeddings.cc).
   if (ck.every_steps() > 0 && (!ids.empty() || !job->embeddings_->empty())) {
     CheckpointWriter::Options o{job->checkpoint_dir(), init.job_id,
                                 init.shard_index,
@@ -113,21 +114,22 @@ absl::StatusOr<std::unique_ptr<JobShard>> JobShard::Create(
     // Checkpoints). embeddings_ outlives the writer (declared before it).
     if (!job->embeddings_->empty()) {
       EmbeddingTables* tables = job->embeddings_.get();
-      o.more = [tables](int64_t step) {
+      o.more = [tables, job_id = init.job_id](int64_t step) {
         EmbeddingTables::Saved saved = tables->Save(step);
-        return CheckpointWriter::Options::More{std::move(saved.blobs),
-                                               saved.base};
+        if (!saved.late.ok()) {
+          std::cerr << "fulcrum-server: job " << job_id << " checkpoint "
+                    << step << ": embedding rows copied without waiting "
+                    << "longer: " << saved.late << "\n";
+        }
+        return CheckpointWriter::Options::More{
+            std::move(saved.blobs), saved.base, std::move(saved.skip)};
       };
       o.more_written = [tables](int64_t step, bool ok) {
         tables->Written(step, ok);
       };
     }
     job->checkpointer_ = std::make_unique<CheckpointWriter>(std::move(o));
-    if (ids.empty()) {
-      job->row_clocks_ = std::make_unique<ClockTable>(
-          static_cast<int>(init.workers.size()),
-          static_cast<int>(init.spec.embeddings_size()), init.generation);
-    }
+    job->rows_only_ = ids.empty();
   }
   Aggregator::Context context{init.job_id,
                               job->optimizer_,

@@ -280,10 +280,10 @@ class JobShard {
   // Records a refused update of `partition` (called without p.mu).
   void NoteNonFinite(int32_t partition, const PartitionState::Rejected& r);
   std::unique_ptr<EmbeddingTables> embeddings_;
-  // A shard with rows but no partition: each member's clock moves when it
-  // pushed every table for a step; checkpoint N is taken once every
-  // member's reached N (clock_checkpoint_). Null otherwise.
-  std::unique_ptr<ClockTable> row_clocks_;
+  // A shard with rows but no partition (and checkpoints): checkpoint N is
+  // taken once every member's row clock (EmbeddingTables::RowClock)
+  // reached N (clock_checkpoint_).
+  bool rows_only_ = false;
   void MaybeCheckpointRows();
   std::unique_ptr<CheckpointWriter> checkpointer_;
   // After checkpointer_: destroyed first, it points to it.

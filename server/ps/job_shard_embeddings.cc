@@ -30,16 +30,13 @@ absl::StatusOr<RowsPushed> JobShard::PushRows(const std::string& worker_id,
   ASSIGN_OR_RETURN(const int member, MemberIndex(worker_id, push.generation));
   ASSIGN_OR_RETURN(RowsPushed pushed,
                    embeddings_->Push(worker_id, push, member));
-  if (row_clocks_ != nullptr && pushed.completes &&
-      row_clocks_->PartitionDone(member, push.step, push.generation)) {
-    MaybeCheckpointRows();
-  }
+  if (rows_only_ && pushed.row_clock_moved) MaybeCheckpointRows();
   return pushed;
 }
 
 void JobShard::MaybeCheckpointRows() {
   const int64_t every = init_.spec.checkpoint().every_steps();
-  const int64_t clock = row_clocks_->MinClock();
+  const int64_t clock = embeddings_->RowClock();
   if (clock == INT64_MAX || clock < every) return;
   const int64_t step = clock / every * every;
   absl::MutexLock serial(&clock_checkpoint_mu_);

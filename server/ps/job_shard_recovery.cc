@@ -112,8 +112,7 @@ absl::StatusOr<Aligned> JobShard::Align(
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(to);
   clocks_.Reset(members, to, generation);
   embeddings_->ResetClocks(members, to, generation);
-  if (row_clocks_ != nullptr) row_clocks_->Reset(members, to, generation);
-  if (mode_ != Mode::kSync || row_clocks_ != nullptr) {
+  if (mode_ != Mode::kSync || rows_only_) {
     absl::MutexLock lock(&clock_checkpoint_mu_);
     clock_checkpoint_ = to;
   }
@@ -240,7 +239,7 @@ absl::Status JobShard::RestoreCheckpoint(int64_t step) {
     absl::MutexLock lock(&p->mu);
     Install(*p, d, *aggregator_);
   }
-  embeddings_->Restore(*rows);
+  embeddings_->Restore(*rows, step);
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(step);
   return absl::OkStatus();
 }

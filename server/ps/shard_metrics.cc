@@ -62,6 +62,11 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
           "Bytes an embedding table holds on this shard: values, optimizer "
           "state, row metadata, index and admission counters.",
           {"job_id", "table"})),
+      embedding_cut_rows(r.AddGauge(
+          "fulcrum_server_embedding_cut_rows",
+          "Row images an embedding table keeps for checkpoint cuts not "
+          "copied yet (rows changed after the cut).",
+          {"job_id", "table"})),
       embedding_admitted(r.AddCounter(
           "fulcrum_server_embedding_admitted_rows_total",
           "Rows created (admitted: pushed min_count times).",
@@ -140,6 +145,7 @@ void ShardMetrics::TableState(const std::string& job_id,
   ForTable(job_id, table);  // exported from the start, at 0
   embedding_rows.WithLabels({job_id, table}).Set(s.resident);
   embedding_bytes.WithLabels({job_id, table}).Set(s.bytes);
+  embedding_cut_rows.WithLabels({job_id, table}).Set(s.cut_rows);
   CatchUp(embedding_admitted.WithLabels({job_id, table}), s.created);
   CatchUp(embedding_evicted.WithLabels({job_id, table, "capacity"}),
           s.evicted_capacity);

@@ -57,6 +57,7 @@ struct ShardMetrics {
   metrics::Family<metrics::Gauge>& checkpoint_last_step;
   metrics::Family<metrics::Gauge>& embedding_rows;
   metrics::Family<metrics::Gauge>& embedding_bytes;
+  metrics::Family<metrics::Gauge>& embedding_cut_rows;
   metrics::Family<metrics::Counter>& embedding_admitted;
   metrics::Family<metrics::Counter>& embedding_evicted;
   metrics::Family<metrics::Counter>& embedding_pending;

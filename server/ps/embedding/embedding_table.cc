@@ -90,7 +90,9 @@ void EmbeddingTable::Pull(absl::Span<const uint64_t> ids, float* out) const {
 
 EmbeddingTable::Pushed EmbeddingTable::Push(absl::Span<const uint64_t> ids,
                                             const float* gradients,
-                                            absl::Span<const uint32_t> counts) {
+                                            absl::Span<const uint32_t> counts,
+                                            int64_t step,
+                                            const CutWindow& cuts) {
   std::vector<uint32_t> order, begin;
   GroupByStripe(ids, &order, &begin);
   const int64_t now = Now();
@@ -99,11 +101,12 @@ EmbeddingTable::Pushed EmbeddingTable::Push(absl::Span<const uint64_t> ids,
     if (begin[s] == begin[s + 1]) continue;
     Stripe& stripe = *stripes_[s];
     absl::MutexLock lock(&stripe.mu);
+    stripe.store.SetCuts(cuts);
     for (uint32_t k = begin[s]; k < begin[s + 1]; ++k) {
       const uint32_t i = order[k];
       const RowStore::Pushed p = stripe.store.Push(
           ids[i], gradients + static_cast<size_t>(i) * dim_,
-          counts.empty() ? 1 : counts[i], now);
+          counts.empty() ? 1 : counts[i], now, step);
       if (p == RowStore::Pushed::kPending) {
         ++out.pending;
         continue;
@@ -137,6 +140,7 @@ RowStore::Stats EmbeddingTable::stats() const {
     sum.evicted_ttl += s.evicted_ttl;
     sum.pending_pushes += s.pending_pushes;
     sum.bytes += s.bytes;
+    sum.cut_rows += s.cut_rows;
   }
   return sum;
 }
@@ -156,10 +160,11 @@ void EmbeddingTable::ForEachRecord(
 
 void EmbeddingTable::ForEachRecordSince(
     bool full,
-    const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn) {
+    const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn,
+    int64_t cut) {
   for (auto& stripe : stripes_) {
     absl::MutexLock lock(&stripe->mu);
-    stripe->store.ForEachRecordSince(full, fn);
+    stripe->store.ForEachRecordSince(full, fn, cut);
   }
 }
 

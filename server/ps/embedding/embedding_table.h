@@ -48,10 +48,13 @@ class EmbeddingTable {
     int64_t pending = 0;  // not admitted yet
   };
   // Steps row ids[i] with gradients[i x dim, (i + 1) x dim) from counts[i]
-  // samples (counts empty: 1 each). REQUIRES: ids distinct, gradients
-  // finite. Expires a few rows past their ttl as it goes.
+  // samples (counts empty: 1 each), for training step `step`, with the
+  // checkpoint cuts `cuts` open (row_cuts.h; each stripe takes the window
+  // before the push). REQUIRES: ids distinct, gradients finite. Expires a
+  // few rows past their ttl as it goes.
   Pushed Push(absl::Span<const uint64_t> ids, const float* gradients,
-              absl::Span<const uint32_t> counts);
+              absl::Span<const uint32_t> counts, int64_t step = -1,
+              const CutWindow& cuts = {});
 
   // Evicts every row past its ttl now; returns how many.
   int64_t Expire();
@@ -68,9 +71,12 @@ class EmbeddingTable {
   // pushed since the last call with `full` set (RowStore::
   // ForEachRecordSince). A row's bit clears under its stripe's lock as it
   // is copied, so a push either lands in this copy or counts as changed.
+  // `cut` >= 0: the rows as they were at that checkpoint cut (the open
+  // cuts' images), which then closes in every stripe.
   void ForEachRecordSince(
       bool full,
-      const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn);
+      const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn,
+      int64_t cut = -1);
   // Replaces every row with `ids` (records ids.size() x record_floats(),
   // most recent first, as ForEachRecord gave them). REQUIRES: no push runs
   // concurrently with the same rows in mind (JobShard restores while

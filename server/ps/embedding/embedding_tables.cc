@@ -20,6 +20,12 @@ std::string Short(std::string_view s) {
   return std::string(s.substr(0, 64));
 }
 
+// ssp(0) runs as sync (JobShard's ModeOf).
+bool SyncJob(const v1::JobSpec& spec) {
+  const v1::ConsistencySpec& c = spec.consistency();
+  return !(c.mode() == "async" || (c.mode() == "ssp" && c.staleness() > 0));
+}
+
 }  // namespace
 
 EmbeddingTables::EmbeddingTables(const v1::JobSpec& spec, int shard,
@@ -28,7 +34,9 @@ EmbeddingTables::EmbeddingTables(const v1::JobSpec& spec, int shard,
     : shard_(shard),
       shards_(shards),
       chunk_bytes_(spec.chunk_bytes()),
-      full_every_(std::max(1, spec.checkpoint().full_every())) {
+      full_every_(std::max(1, spec.checkpoint().full_every())),
+      cuts_(spec.checkpoint().every_steps(), SyncJob(spec),
+            spec.embeddings_size(), members, generation) {
   for (const v1::EmbeddingTableSpec& t : spec.embeddings()) {
     tables_.push_back(std::make_unique<EmbeddingTable>(
         t, spec.seed(), RowsPerShard(t, shards), env));
@@ -40,8 +48,16 @@ EmbeddingTables::EmbeddingTables(const v1::JobSpec& spec, int shard,
 }
 
 EmbeddingTables::Saved EmbeddingTables::Save(int64_t step) {
-  absl::MutexLock lock(&save_mu_);
   Saved out;
+  // The rows of the steps before the cut first (outside save_mu_: a
+  // restore must not wait behind it).
+  out.late = cuts_.WaitForRows(step, rows_wait_);
+  absl::MutexLock lock(&save_mu_);
+  const absl::StatusOr<int64_t> cut = cuts_.OpenForCopy(step);
+  if (!cut.ok()) {
+    out.skip = cut.status();
+    return out;
+  }
   const bool full = need_full_ || full_base_ < 0 ||
                     saves_since_full_ + 1 >= full_every_;
   if (full) {
@@ -54,9 +70,11 @@ EmbeddingTables::Saved EmbeddingTables::Save(int64_t step) {
     ++saves_since_full_;
   }
   for (size_t i = 0; i < tables_.size(); ++i) {
-    out.blobs.emplace_back(-1 - static_cast<int32_t>(i),
-                           SaveTable(*tables_[i], full ? -1 : full_base_));
+    out.blobs.emplace_back(
+        -1 - static_cast<int32_t>(i),
+        SaveTable(*tables_[i], full ? -1 : full_base_, *cut));
   }
+  cuts_.Copied(step);
   return out;
 }
 
@@ -126,16 +144,19 @@ absl::StatusOr<std::vector<SavedRows>> EmbeddingTables::Decode(
   return out;
 }
 
-void EmbeddingTables::Restore(const std::vector<SavedRows>& saved) {
+void EmbeddingTables::Restore(const std::vector<SavedRows>& saved,
+                              int64_t step) {
   for (size_t i = 0; i < tables_.size() && i < saved.size(); ++i) {
     tables_[i]->Restore(saved[i].ids, saved[i].freq, saved[i].records);
   }
+  cuts_.Restored(step);
   absl::MutexLock lock(&save_mu_);
   need_full_ = true;  // the rows' changes since a full save are unknown
 }
 
 void EmbeddingTables::Clear() {
   for (auto& t : tables_) t->Clear();
+  cuts_.Restored(0);
   absl::MutexLock lock(&save_mu_);
   need_full_ = true;
 }
@@ -145,12 +166,14 @@ void EmbeddingTables::ResetClocks(int members, int64_t clock,
   for (auto& c : clocks_) {
     if (c != nullptr) c->Reset(members, clock, generation);
   }
+  cuts_.Reset(members, clock, generation);
 }
 
 void EmbeddingTables::End() {
   for (auto& c : clocks_) {
     if (c != nullptr) c->End();
   }
+  cuts_.End();
 }
 
 EmbeddingTable* EmbeddingTables::Find(std::string_view name) const {
@@ -304,7 +327,9 @@ absl::StatusOr<RowsPushed> EmbeddingTables::Push(const std::string& worker,
   // The bytes may sit anywhere in a message: copy to aligned floats.
   std::vector<float> g(push.ids.size() * t.dim());
   if (!g.empty()) std::memcpy(g.data(), push.gradients, push.gradient_bytes);
-  const EmbeddingTable::Pushed p = t.Push(push.ids, g.data(), push.counts);
+  const EmbeddingTable::Pushed p =
+      t.Push(push.ids, g.data(), push.counts, push.step,
+             cuts_.ForPush(index, push.step));
   out.applied = p.applied;
   out.pending = p.pending;
   out.completes = completes;
@@ -313,6 +338,10 @@ absl::StatusOr<RowsPushed> EmbeddingTables::Push(const std::string& worker,
   // so a read the clock lets through sees them).
   if (completes && member >= 0 && clocks_[index] != nullptr) {
     clocks_[index]->PartitionDone(member, push.step, push.generation);
+  }
+  if (completes && member >= 0) {
+    out.row_clock_moved =
+        cuts_.Done(index, member, push.step, push.generation);
   }
   return out;
 }

@@ -29,6 +29,7 @@
 #include "common/env/env.h"
 #include "fulcrum/v1/job.pb.h"
 #include "server/ps/clocks.h"
+#include "server/ps/embedding/checkpoint_cuts.h"
 #include "server/ps/embedding/embedding_table.h"
 #include "server/ps/embedding/table_format.h"
 
@@ -62,6 +63,7 @@ struct RowsPushed {
   bool repeat = false;
   bool completes = false;  // every chunk of the member's step has arrived
   int table = -1;          // the table's index
+  bool row_clock_moved = false;  // the member's steps pushed to every table
 };
 
 class EmbeddingTables {
@@ -102,11 +104,22 @@ class EmbeddingTables {
   // (so is the first, the first after a restore and the one after a full
   // save that was not written); the others are differentials against the
   // last full one, whose step is `base` (a full save's own step).
+  // The rows are those of the cut at `step` (checkpoint_cuts.h): Save
+  // first waits up to rows_wait for every member's rows of the steps
+  // before it (then copies what there is, with `late` saying what is
+  // missing); in sync jobs no push of a later step is in them. `skip`:
+  // not written (the cut was dropped), and why.
   struct Saved {
     std::vector<std::pair<int32_t, std::string>> blobs;
     int64_t base = -1;
+    absl::Status late;
+    absl::Status skip;
   };
   Saved Save(int64_t step);
+  void set_rows_wait(absl::Duration d) { rows_wait_ = d; }
+  // The smallest member's row clock: steps whose rows every member pushed
+  // to every table in use (INT64_MAX: none yet).
+  int64_t RowClock() const { return cuts_.MinClock(); }
   // The checkpoint file of `step` was written (ok) or not.
   void Written(int64_t step, bool ok);
   // The tables' blobs among a checkpoint's (keys < 0): one for every table,
@@ -122,8 +135,8 @@ class EmbeddingTables {
           int64_t step)>;
   absl::StatusOr<std::vector<SavedRows>> Resolve(std::vector<SavedRows> saved,
                                                  const BlobReader& read) const;
-  // Replaces every table's rows with Decode's result.
-  void Restore(const std::vector<SavedRows>& saved);
+  // Replaces every table's rows with Decode's result, those of `step`.
+  void Restore(const std::vector<SavedRows>& saved, int64_t step);
   // Every table back to its initial values (a restore of step 0).
   void Clear();
 
@@ -146,6 +159,8 @@ class EmbeddingTables {
   const int shards_;
   const int64_t chunk_bytes_;
   const int full_every_;
+  CheckpointCuts cuts_;
+  absl::Duration rows_wait_ = absl::Seconds(30);
   absl::Mutex save_mu_;  // the checkpoint writer's thread; restores
   bool need_full_ ABSL_GUARDED_BY(save_mu_) = true;
   int64_t full_base_ ABSL_GUARDED_BY(save_mu_) = -1;  // last full, written

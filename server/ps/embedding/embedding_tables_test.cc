@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 #include "common/config/job_spec.h"
 #include "common/embedding/placement.h"
@@ -272,23 +274,23 @@ TEST(EmbeddingTablesTest, SavedRowsRestoreIntoATableOfTheSameSpec) {
   FaultInjectionEnv env;
   EmbeddingTables a(Spec(), 0, 2, &env);
   const std::vector<uint64_t> ids = IdsOf(0, 50);
-  ASSERT_TRUE(a.Push("w", Push(ids, 0.5f, 0).rows).ok());
-  ASSERT_TRUE(a.Push("w", Push({ids[3]}, 0.5f, 1).rows).ok());
-  const auto blobs = a.Save(1).blobs;
+  ASSERT_TRUE(a.Push("w", Push(ids, 0.5f, 0).rows, /*member=*/0).ok());
+  ASSERT_TRUE(a.Push("w", Push({ids[3]}, 0.5f, 1).rows, /*member=*/0).ok());
+  const auto blobs = a.Save(2).blobs;  // after steps 0 and 1
   ASSERT_EQ(blobs.size(), 1u);
   EXPECT_EQ(blobs[0].first, -1);
   EmbeddingTables b(Spec(), 0, 2, &env);
   auto rows = b.Decode(blobs);
   ASSERT_TRUE(rows.ok()) << rows.status();
-  b.Restore(*rows);
+  b.Restore(*rows, 2);
   std::vector<float> want, got;
   ASSERT_TRUE(a.Pull("user", ids, &want).ok());
   ASSERT_TRUE(b.Pull("user", ids, &got).ok());
   EXPECT_EQ(got, want);
   EXPECT_EQ(b.Find("user")->stats().resident, 50);
   // The same next step on both: the same rows.
-  ASSERT_TRUE(a.Push("w", Push(ids, 0.25f, 2).rows).ok());
-  ASSERT_TRUE(b.Push("w", Push(ids, 0.25f, 2).rows).ok());
+  ASSERT_TRUE(a.Push("w", Push(ids, 0.25f, 2).rows, /*member=*/0).ok());
+  ASSERT_TRUE(b.Push("w", Push(ids, 0.25f, 2).rows, /*member=*/0).ok());
   ASSERT_TRUE(a.Pull("user", ids, &want).ok());
   ASSERT_TRUE(b.Pull("user", ids, &got).ok());
   EXPECT_EQ(got, want);
@@ -313,32 +315,32 @@ TEST(EmbeddingTablesTest, DifferentialSavesHoldTheChangedRowsAndRestoreExactly) 
   spec.mutable_checkpoint()->set_full_every(3);
   EmbeddingTables a(spec, 0, 2, &env);
   const std::vector<uint64_t> ids = IdsOf(0, 28);
-  ASSERT_TRUE(a.Push("w", Push(ids, 0.5f, 0).rows).ok());
-  const EmbeddingTables::Saved full = a.Save(10);
-  EXPECT_EQ(full.base, 10);
-  a.Written(10, true);
+  ASSERT_TRUE(a.Push("w", Push(ids, 0.5f, 0).rows, /*member=*/0).ok());
+  const EmbeddingTables::Saved full = a.Save(1);
+  EXPECT_EQ(full.base, 1);
+  a.Written(1, true);
   // Three rows pushed again, four new ones (the table evicts to make room).
-  ASSERT_TRUE(a.Push("w", Push({ids[1], ids[2], ids[3]}, 0.25f, 1).rows).ok());
+  ASSERT_TRUE(a.Push("w", Push({ids[1], ids[2], ids[3]}, 0.25f, 1).rows, /*member=*/0).ok());
   const std::vector<uint64_t> fresh = IdsOf(0, 4, 1000000);
-  ASSERT_TRUE(a.Push("w", Push(fresh, 1.0f, 2).rows).ok());
+  ASSERT_TRUE(a.Push("w", Push(fresh, 1.0f, 2).rows, /*member=*/0).ok());
   const int64_t resident = a.Find("user")->stats().resident;
   ASSERT_LT(resident, 32) << "the test needs evictions";
-  const EmbeddingTables::Saved diff = a.Save(20);
-  EXPECT_EQ(diff.base, 10);
+  const EmbeddingTables::Saved diff = a.Save(3);
+  EXPECT_EQ(diff.base, 1);
   auto decoded = a.Decode(diff.blobs);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
-  EXPECT_EQ((*decoded)[0].base_step, 10);
+  EXPECT_EQ((*decoded)[0].base_step, 1);
   auto header = ReadTableHeader(diff.blobs[0].second);
   ASSERT_TRUE(header.ok()) << header.status();
   EXPECT_EQ(header->table, "user");
-  EXPECT_EQ(header->base_step, 10);
+  EXPECT_EQ(header->base_step, 1);
   EXPECT_EQ(static_cast<int64_t>(header->rows), resident);
   EXPECT_EQ(ReadTableHeader(full.blobs[0].second)->base_step, -1);
   EXPECT_EQ(ReadTableHeader("FET").status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(static_cast<int64_t>((*decoded)[0].ids.size()), resident);
   int with_records = 0;
   for (uint8_t h : (*decoded)[0].has_record) with_records += h;
-  EXPECT_EQ(with_records, 7);  // the rows pushed since step 10
+  EXPECT_EQ(with_records, 7);  // the rows pushed since step 1's save
   // Per row 8 B id + 4 B frequency + 1 B flag, and 16 B of record (sgd,
   // dim 4) for the changed ones only: the full save had 28 rows.
   const int64_t full_bytes = full.blobs[0].second.size();
@@ -350,11 +352,11 @@ TEST(EmbeddingTablesTest, DifferentialSavesHoldTheChangedRowsAndRestoreExactly) 
       *b.Decode(diff.blobs),
       [&](int64_t step)
           -> absl::StatusOr<std::vector<std::pair<int32_t, std::string>>> {
-        if (step == 10) return full.blobs;
+        if (step == 1) return full.blobs;
         return absl::NotFoundError("no such file");
       });
   ASSERT_TRUE(rows.ok()) << rows.status();
-  b.Restore(*rows);
+  b.Restore(*rows, 3);
   EXPECT_EQ(b.Find("user")->stats().resident, resident);
   std::vector<uint64_t> all = ids;
   all.insert(all.end(), fresh.begin(), fresh.end());
@@ -371,8 +373,8 @@ TEST(EmbeddingTablesTest, DifferentialSavesHoldTheChangedRowsAndRestoreExactly) 
   ASSERT_TRUE(b.Pull("user", all, &got).ok());
   EXPECT_EQ(got, want);
   // The same next push on both: the same rows (the state came back too).
-  ASSERT_TRUE(a.Push("w", Push(all, 0.125f, 3).rows).ok());
-  ASSERT_TRUE(b.Push("w", Push(all, 0.125f, 3).rows).ok());
+  ASSERT_TRUE(a.Push("w", Push(all, 0.125f, 3).rows, /*member=*/0).ok());
+  ASSERT_TRUE(b.Push("w", Push(all, 0.125f, 3).rows, /*member=*/0).ok());
   ASSERT_TRUE(a.Pull("user", all, &want).ok());
   ASSERT_TRUE(b.Pull("user", all, &got).ok());
   EXPECT_EQ(got, want);
@@ -382,18 +384,150 @@ TEST(EmbeddingTablesTest, DifferentialSavesHoldTheChangedRowsAndRestoreExactly) 
         absl::NotFoundError("no such file"));
   });
   EXPECT_EQ(lost.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(lost.status().message().find("step 10"), std::string::npos)
+  EXPECT_NE(lost.status().message().find("step 1"), std::string::npos)
       << lost.status();
 
   // Every third save is full; a full save that was not written makes the
-  // next one full; so does a restore.
-  EXPECT_EQ(a.Save(30).base, 10);
-  EXPECT_EQ(a.Save(40).base, 40);
-  a.Written(40, false);
-  EXPECT_EQ(a.Save(50).base, 50);
-  a.Written(50, true);
-  EXPECT_EQ(a.Save(60).base, 50);
-  EXPECT_EQ(b.Save(70).base, 70);
+  // next one full; so does a restore. (Each after the member pushed the
+  // steps before it: Save waits for them.)
+  const auto save = [](EmbeddingTables& t, int64_t step) {
+    for (int64_t s = 0; s < step; ++s)
+      EXPECT_TRUE(t.Push("w", Push({}, 0.0f, s).rows, 0).ok());
+    return t.Save(step).base;
+  };
+  EXPECT_EQ(save(a, 4), 1);
+  EXPECT_EQ(save(a, 5), 5);
+  a.Written(5, false);
+  EXPECT_EQ(save(a, 6), 6);
+  a.Written(6, true);
+  EXPECT_EQ(save(a, 7), 6);
+  EXPECT_EQ(save(b, 8), 8);
+}
+
+
+// Every record of the table's rows (values and optimizer state), by id.
+std::map<uint64_t, std::vector<float>> AllRecords(const EmbeddingTables& t) {
+  std::map<uint64_t, std::vector<float>> out;
+  const int n = t.Find("user")->record_floats();
+  t.Find("user")->ForEachRecord([&](uint64_t id, uint32_t, const float* r) {
+    out[id] = std::vector<float>(r, r + n);
+  });
+  return out;
+}
+
+// A two-member sync job's rows (Adam): step s pushes, for each member,
+// gradients that depend on (member, step, row).
+struct Step {
+  int member;
+  int64_t step;
+};
+void Apply(EmbeddingTables& t, const std::vector<uint64_t>& ids,
+           const Step& s) {
+  std::vector<uint64_t> some;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if ((i + s.step + s.member) % 3 != 0) some.push_back(ids[i]);
+  }
+  Push p(some, 0.0f, s.step);
+  for (size_t i = 0; i < p.g.size(); ++i)
+    p.g[i] = 0.01f * static_cast<float>((i * 7 + s.step * 3 + s.member) % 11) - 0.05f;
+  auto r = t.Push(s.member == 0 ? "w0" : "w1", p.rows, s.member);
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+v1::JobSpec CutSpec(int64_t every) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_embeddings(0)->mutable_optimizer()->set_type("adam");
+  spec.mutable_embeddings(0)->mutable_optimizer()->set_lr(0.05);
+  spec.mutable_checkpoint()->set_every_steps(every);
+  return spec;
+}
+
+// Checkpoint 6 of a sync job while member 0 already pushed step 6 and
+// member 1's step 5 is still in flight: Save waits for member 1's step 5,
+// leaves member 0's step 6 out, and the rows it saved, restored and
+// trained on from step 6, equal a run whose pushes came in step order.
+TEST(EmbeddingTablesTest, RowsAreCutExactlyAtTheCheckpointsStep) {
+  FaultInjectionEnv env;
+  const v1::JobSpec spec = CutSpec(3);
+  const std::vector<uint64_t> ids = IdsOf(0, 30);
+  EmbeddingTables a(spec, 0, 2, &env, /*members=*/2);
+  EmbeddingTables in_order(spec, 0, 2, &env, 2);
+  for (int64_t s = 0; s < 5; ++s) {
+    for (int m : {0, 1}) {
+      Apply(a, ids, {m, s});
+      Apply(in_order, ids, {m, s});
+    }
+  }
+  Apply(a, ids, {0, 5});
+  Apply(a, ids, {0, 6});  // ahead of the cut
+  EmbeddingTables::Saved saved;
+  std::thread writer([&] { saved = a.Save(6); });
+  absl::SleepFor(absl::Milliseconds(50));  // Save waits for member 1
+  Apply(a, ids, {1, 5});  // arrives after member 0's step 6
+  writer.join();
+  ASSERT_TRUE(saved.late.ok()) << saved.late;
+  ASSERT_TRUE(saved.skip.ok()) << saved.skip;
+  for (int m : {0, 1}) Apply(in_order, ids, {m, 5});
+  EXPECT_EQ(AllRecords(in_order).size(), 30u);
+
+  // Restored: exactly the pushes of steps < 6.
+  EmbeddingTables b(spec, 0, 2, &env, 2);
+  auto rows = b.Decode(saved.blobs);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  b.Restore(*rows, 6);
+  b.ResetClocks(2, 6, 2);
+  ASSERT_EQ(AllRecords(b), AllRecords(in_order));
+  // Trained on from there: the same rows as the run in step order.
+  in_order.ResetClocks(2, 6, 2);
+  const auto train = [&](EmbeddingTables& t) {
+    for (int64_t s = 6; s < 9; ++s) {
+      for (int m : {0, 1}) {
+        std::vector<uint64_t> some;
+        for (size_t i = 0; i < ids.size(); ++i)
+          if ((i + s + m) % 3 != 0) some.push_back(ids[i]);
+        Push p(some, 0.02f * (s - m), s, 0, 1, /*generation=*/2);
+        ASSERT_TRUE(t.Push(m == 0 ? "w0" : "w1", p.rows, m).ok());
+      }
+    }
+  };
+  train(b);
+  train(in_order);
+  EXPECT_EQ(AllRecords(b), AllRecords(in_order));
+  EXPECT_EQ(a.Find("user")->stats().cut_rows, 0) << "the copied cut closed";
+}
+
+// A member whose rows of the steps before the cut never come: Save copies
+// after rows_wait and says which member it did not wait for any longer.
+TEST(EmbeddingTablesTest, SaveStopsWaitingForLateRowsAfterRowsWait) {
+  FaultInjectionEnv env;
+  EmbeddingTables t(CutSpec(2), 0, 2, &env, 2);
+  t.set_rows_wait(absl::Milliseconds(50));
+  const std::vector<uint64_t> ids = IdsOf(0, 4);
+  for (int64_t s = 0; s < 2; ++s) Apply(t, ids, {0, s});
+  Apply(t, ids, {1, 0});
+  const EmbeddingTables::Saved saved = t.Save(2);
+  EXPECT_EQ(saved.late.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(saved.late.message().find("member 1"), std::string::npos)
+      << saved.late;
+  EXPECT_TRUE(saved.skip.ok());
+  EXPECT_EQ(saved.blobs.size(), 1u);
+}
+
+// Pushes more than kMaxOpenCuts checkpoints ahead of the writer: the
+// oldest cut is dropped (its images freed) and its file skipped, saying
+// why; the newer ones are still exact.
+TEST(EmbeddingTablesTest, CutsTooFarBehindThePushesAreDroppedAndSkipped) {
+  FaultInjectionEnv env;
+  EmbeddingTables t(CutSpec(1), 0, 2, &env, 1);
+  const std::vector<uint64_t> ids = IdsOf(0, 4);
+  for (int64_t s = 0; s <= CheckpointCuts::kMaxOpenCuts + 1; ++s)
+    Apply(t, ids, {0, s});
+  const EmbeddingTables::Saved first = t.Save(1);
+  EXPECT_EQ(first.skip.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(first.skip.message().find("step 1"), std::string::npos)
+      << first.skip;
+  EXPECT_TRUE(first.blobs.empty());
+  EXPECT_TRUE(t.Save(3).skip.ok());
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ RowStore::RowStore(const RowStoreConfig& config)
       rows_per_block_(static_cast<uint32_t>(
           std::min<int64_t>(1024, std::max<int64_t>(1, config.capacity)))),
       index_(KeyOf{this}),
+      cuts_(stride_),
       rng_(config.seed | 1) {
   if (config_.min_count > 1) {
     // About two counters per row the store may hold: few collisions among
@@ -47,9 +48,10 @@ const float* RowStore::State(uint64_t id) const {
 }
 
 RowStore::Pushed RowStore::Push(uint64_t id, const float* g, uint32_t count,
-                                int64_t now) {
+                                int64_t now, int64_t step) {
   uint32_t slot = index_.Find(id);
   Pushed result = Pushed::kApplied;
+  const bool cuts = step >= 0 && !cuts_.empty();
   if (slot == kNone) {
     if (sketch_.has_value() &&
         sketch_->Add(id, std::max<uint32_t>(count, 1)) <
@@ -57,7 +59,8 @@ RowStore::Pushed RowStore::Push(uint64_t id, const float* g, uint32_t count,
       ++stats_.pending_pushes;
       return Pushed::kPending;
     }
-    slot = TakeSlot();
+    if (cuts) cuts_.Save(id, step, nullptr, 0);  // no row at those cuts
+    slot = TakeSlot(cuts ? step : -1);
     Meta& m = meta(slot);
     m.id = id;
     m.freq = 0;
@@ -69,19 +72,38 @@ RowStore::Pushed RowStore::Push(uint64_t id, const float* g, uint32_t count,
     ++stats_.created;
     ++stats_.resident;
     result = Pushed::kCreated;
-  } else if (head_ != slot) {
-    Unlink(slot);
-    LinkFront(slot);
+  } else {
+    if (cuts) cuts_.Save(id, step, row(slot), meta(slot).freq);
+    if (head_ != slot) {
+      Unlink(slot);
+      LinkFront(slot);
+    }
   }
   meta(slot).touch = static_cast<int32_t>(now);
   AddFrequency(slot, std::max<uint32_t>(count, 1));
   float* r = row(slot);
   config_.optimizer.Apply(r, r + config_.dim, g, config_.dim);
   SetChanged(slot, true);
+  if (cuts) {
+    // A push of an earlier step than a cut whose image this row has: the
+    // image takes it too (created, if the row did not exist at the cut).
+    cuts_.ForLater(id, step, [&](RowCuts::Image& image) {
+      float* rec = image.record;
+      if (!image.resident) {
+        InitialRow(config_.init, id, config_.dim, rec);
+        config_.optimizer.InitState(rec + config_.dim, config_.dim);
+        image.resident = true;
+        image.freq = 0;
+      }
+      const uint32_t c = std::max<uint32_t>(count, 1);
+      image.freq = image.freq > ~uint32_t{0} - c ? ~uint32_t{0} : image.freq + c;
+      config_.optimizer.Apply(rec, rec + config_.dim, g, config_.dim);
+    });
+  }
   return result;
 }
 
-uint32_t RowStore::TakeSlot() {
+uint32_t RowStore::TakeSlot(int64_t step) {
   if (!free_.empty()) {
     const uint32_t slot = free_.back();
     free_.pop_back();
@@ -98,6 +120,7 @@ uint32_t RowStore::TakeSlot() {
     return slot;
   }
   const uint32_t slot = Victim();
+  if (step >= 0) cuts_.Save(meta(slot).id, step, row(slot), meta(slot).freq);
   Unlink(slot);
   index_.Erase(meta(slot).id);
   --stats_.resident;
@@ -159,6 +182,10 @@ int64_t RowStore::Expire(int64_t now, int64_t max_rows) {
   int64_t n = 0;
   while (n < max_rows && tail_ != kNone &&
          now - meta(tail_).touch >= config_.ttl_seconds) {
+    if (!cuts_.empty()) {  // after every open cut: each keeps the row
+      cuts_.Save(meta(tail_).id, RowCuts::kAfterAll, row(tail_),
+                 meta(tail_).freq);
+    }
     Remove(tail_);
     ++stats_.evicted_ttl;
     ++n;
@@ -172,7 +199,8 @@ RowStore::Stats RowStore::stats() const {
       rows_.size() * rows_per_block_ * (stride_ * sizeof(float) + sizeof(Meta)) +
       changed_.capacity() * sizeof(uint64_t) +
       index_.bytes() + free_.capacity() * sizeof(uint32_t) +
-      (sketch_.has_value() ? sketch_->bytes() : 0));
+      (sketch_.has_value() ? sketch_->bytes() : 0) + cuts_.bytes());
+  s.cut_rows = cuts_.images();
   return s;
 }
 
@@ -188,6 +216,7 @@ void RowStore::Clear() {
   head_ = tail_ = kNone;
   freq_added_ = 0;
   stats_.resident = 0;
+  cuts_.Reset();
 }
 
 void RowStore::Insert(uint64_t id, const float* record, uint32_t freq,
@@ -211,10 +240,31 @@ void RowStore::Insert(uint64_t id, const float* record, uint32_t freq,
 
 void RowStore::ForEachRecordSince(
     bool forget,
-    const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn) {
-  for (uint32_t s = head_; s != kNone; s = meta(s).next)
-    fn(meta(s).id, meta(s).freq, row(s), Changed(s));
-  if (forget) std::fill(changed_.begin(), changed_.end(), 0);
+    const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn,
+    int64_t cut) {
+  if (cut < 0 || cuts_.empty()) {
+    for (uint32_t s = head_; s != kNone; s = meta(s).next)
+      fn(meta(s).id, meta(s).freq, row(s), Changed(s));
+    if (forget) std::fill(changed_.begin(), changed_.end(), 0);
+    if (cut >= 0) cuts_.DropThrough(cut);
+    return;
+  }
+  for (uint32_t s = head_; s != kNone; s = meta(s).next) {
+    const RowCuts::Image* image = cuts_.Find(cut, meta(s).id);
+    if (image == nullptr) {
+      fn(meta(s).id, meta(s).freq, row(s), Changed(s));
+      if (forget) SetChanged(s, false);
+      continue;
+    }
+    if (image->resident) fn(meta(s).id, image->freq, image->record, true);
+    if (forget) SetChanged(s, true);  // the live row is past the copy
+  }
+  // Rows at the cut that eviction or ttl removed since.
+  cuts_.ForEach(cut, [&](uint64_t id, const RowCuts::Image& image) {
+    if (image.resident && index_.Find(id) == kNone)
+      fn(id, image.freq, image.record, true);
+  });
+  cuts_.DropThrough(cut);
 }
 
 void RowStore::ForEachRecord(

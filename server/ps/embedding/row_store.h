@@ -14,6 +14,12 @@
 // Recency, frequency and ttl count pushes (training); reads (evaluation)
 // change nothing.
 //
+// Exact checkpoint cuts (row_cuts.h): with a CutWindow set, a push of
+// step s first keeps an image of its row for every open cut <= s, and so
+// do an eviction (for the cuts <= the evicting push's step) and a ttl
+// expiry (for every open cut); ForEachRecordSince(..., cut) then reads
+// every row as it was at the cut.
+//
 // Thread safety: none; EmbeddingTable locks each stripe. Read and the
 // const methods may run concurrently with each other.
 #ifndef FULCRUM_SERVER_PS_EMBEDDING_ROW_STORE_H_
@@ -26,6 +32,7 @@
 #include <vector>
 
 #include "server/ps/embedding/admission.h"
+#include "server/ps/embedding/row_cuts.h"
 #include "server/ps/embedding/row_index.h"
 #include "server/ps/embedding/row_math.h"
 
@@ -62,8 +69,13 @@ class RowStore {
     kPending,  // not admitted yet: counted, nothing stored
   };
   // One push of row `id`: `count` samples touched it, `g` (dim floats) is
-  // their summed gradient, at `now` (seconds, never decreasing).
-  Pushed Push(uint64_t id, const float* g, uint32_t count, int64_t now);
+  // their summed gradient, at `now` (seconds, never decreasing), for
+  // training step `step` (which cut it belongs after; < 0: none).
+  Pushed Push(uint64_t id, const float* g, uint32_t count, int64_t now,
+              int64_t step = -1);
+
+  // The open checkpoint cuts from now on (row_cuts.h); copied cuts close.
+  void SetCuts(const CutWindow& window) { cuts_.Set(window); }
 
   // Evicts up to `max_rows` rows not pushed for ttl_seconds at `now`,
   // oldest first; returns how many.
@@ -76,6 +88,7 @@ class RowStore {
     int64_t evicted_ttl = 0;       // rows expired
     int64_t pending_pushes = 0;    // pushes of ids not admitted yet
     int64_t bytes = 0;             // everything this store allocated
+    int64_t cut_rows = 0;          // images held for open cuts
   };
   Stats stats() const;
 
@@ -93,9 +106,14 @@ class RowStore {
   // resident row, most recent first; `changed`: pushed (or created) since
   // the last call with `forget` set - which then leaves no row changed.
   // Rows Insert put back count as unchanged.
+  // With `cut` >= 0 the rows are those of that cut: a row's image where it
+  // has one (changed; rows created after the cut left out, rows evicted or
+  // expired since it last), the live row otherwise; `forget` then leaves
+  // the rows changed after the cut changed; cuts <= `cut` close.
   void ForEachRecordSince(
       bool forget,
-      const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn);
+      const std::function<void(uint64_t, uint32_t, const float*, bool)>& fn,
+      int64_t cut = -1);
 
   // Calls fn(id, values, state) for each resident row, most recent first.
   void ForEachRow(
@@ -131,8 +149,9 @@ class RowStore {
            static_cast<size_t>(slot % rows_per_block_) * stride_;
   }
 
-  // A slot for a new row: a free one, a new one, or the victim's.
-  uint32_t TakeSlot();
+  // A slot for a new row: a free one, a new one, or the victim's (imaged
+  // for the open cuts <= `step` first).
+  uint32_t TakeSlot(int64_t step = -1);
   uint32_t Victim();
   void Unlink(uint32_t slot);
   void LinkFront(uint32_t slot);
@@ -158,6 +177,7 @@ class RowStore {
                                   // full checkpoint (ForEachRecordSince)
   RowIndex<KeyOf> index_;
   std::optional<AdmissionSketch> sketch_;  // min_count > 1
+  RowCuts cuts_;
   uint32_t head_ = kNone;         // most recently pushed
   uint32_t tail_ = kNone;         // least recently pushed
   uint64_t rng_;

@@ -1,5 +1,6 @@
 #include "server/ps/embedding/row_store.h"
 
+#include <map>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -160,6 +161,100 @@ TEST(RowStoreTest, BytesPerRowWithinOneAndAHalfOfValuesAndState) {
     EXPECT_LE(per_row, 1.5 * 128) << rows << " rows";
     EXPECT_GE(per_row, 128 + 24) << rows << " rows";  // honest accounting
   }
+}
+
+
+// Exact checkpoint cuts (row_cuts.h). A randomised history of pushes of
+// steps around a cut at 4, pushes of earlier steps arriving after later
+// ones and creating rows: the cut's copy equals a store that received only
+// the pushes of steps < 4, in the same order - every row's values, Adam
+// state and frequency.
+struct Record {
+  uint32_t freq;
+  std::vector<float> record;
+  bool operator==(const Record& o) const {
+    return freq == o.freq && record == o.record;
+  }
+};
+std::map<uint64_t, Record> Records(RowStore& s, int64_t cut) {
+  std::map<uint64_t, Record> out;
+  s.ForEachRecordSince(
+      false,
+      [&](uint64_t id, uint32_t freq, const float* r, bool) {
+        EXPECT_TRUE(out.emplace(id, Record{freq, std::vector<float>(
+                                                     r, r + s.record_floats())})
+                        .second)
+            << "row " << id << " twice";
+      },
+      cut);
+  return out;
+}
+
+TEST(RowStoreTest, ACutHoldsExactlyThePushesOfEarlierSteps) {
+  RowStoreConfig c = Sgd(1000);
+  c.optimizer.type = RowOptimizer::Type::kAdam;
+  c.optimizer.lr = 0.1f;
+  for (uint64_t seed : {1, 2, 3}) {
+    RowStore live(c), reference(c);
+    live.SetCuts(CutWindow{4, 0, 4});
+    uint64_t rng = seed * 7919;
+    for (int i = 0; i < 400; ++i) {
+      rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+      const uint64_t id = (rng >> 33) % 40;
+      // Steps 2..5, the earlier ones still arriving after later ones.
+      const int64_t step = 2 + static_cast<int64_t>((rng >> 20) % 4);
+      const float g[4] = {float(i % 7) - 3, 0.5f, float(id), -1};
+      live.Push(id, g, 1 + i % 3, 0, step);
+      if (step < 4) reference.Push(id, g, 1 + i % 3, 0);
+    }
+    EXPECT_GT(live.stats().cut_rows, 0);
+    std::map<uint64_t, Record> want;
+    reference.ForEachRecord([&](uint64_t id, uint32_t freq, const float* r) {
+      want[id] = Record{freq, std::vector<float>(r, r + reference.record_floats())};
+    });
+    ASSERT_EQ(Records(live, 4), want) << "seed " << seed;
+    EXPECT_EQ(live.stats().cut_rows, 0) << "the copied cut closes";
+  }
+}
+
+// Rows a push after the cut created are not in it; rows such a push
+// evicted, and rows ttl expired after the cut, are, as they were.
+TEST(RowStoreTest, ACutKeepsEvictedAndExpiredRowsAndLeavesOutLaterOnes) {
+  RowStoreConfig c = Sgd(2);
+  c.ttl_seconds = 10;
+  RowStore s(c);
+  s.SetCuts(CutWindow{5, 0, 5});
+  s.Push(1, kOnes.data(), 1, 0, 3);
+  s.Push(2, kOnes.data(), 1, 0, 4);
+  const std::vector<float> one = ReadRow(s, 1), two = ReadRow(s, 2);
+  s.Push(3, kOnes.data(), 1, 0, 5);  // after the cut: evicts 1
+  EXPECT_FALSE(s.Resident(1));
+  EXPECT_EQ(s.Expire(/*now=*/11, 10), 2);  // 2 and 3 expire
+  s.Push(4, kOnes.data(), 1, 12, 6);       // after the cut: a new row
+  const std::map<uint64_t, Record> cut = Records(s, 5);
+  ASSERT_EQ(cut.size(), 2u);
+  ASSERT_TRUE(cut.count(1) && cut.count(2));
+  EXPECT_EQ(std::vector<float>(cut.at(1).record.begin(),
+                               cut.at(1).record.begin() + 4), one);
+  EXPECT_EQ(std::vector<float>(cut.at(2).record.begin(),
+                               cut.at(2).record.begin() + 4), two);
+  // Copied: the live rows again (the cut closed).
+  EXPECT_EQ(Records(s, -1).size(), 1u);
+}
+
+// A full save at a cut leaves the rows changed after it marked changed
+// (the next differential carries them); the others unchanged.
+TEST(RowStoreTest, AFullSaveAtACutLeavesLaterChangesForTheNextDifferential) {
+  RowStore s(Sgd(10));
+  s.SetCuts(CutWindow{2, 0, 2});
+  s.Push(1, kOnes.data(), 1, 0, 1);
+  s.Push(2, kOnes.data(), 1, 0, 1);
+  s.Push(2, kOnes.data(), 1, 0, 2);  // after the cut
+  s.ForEachRecordSince(true, [](uint64_t, uint32_t, const float*, bool) {}, 2);
+  std::map<uint64_t, bool> changed;
+  s.ForEachRecordSince(false, [&](uint64_t id, uint32_t, const float*,
+                                  bool ch) { changed[id] = ch; });
+  EXPECT_EQ(changed, (std::map<uint64_t, bool>{{1, false}, {2, true}}));
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ constexpr char kMagicV1[4] = {'F', 'E', 'T', '1'};
 
 }  // namespace
 
-std::string SaveTable(EmbeddingTable& table, int64_t base_step) {
+std::string SaveTable(EmbeddingTable& table, int64_t base_step,
+                      int64_t cut) {
   const bool full = base_step < 0;
   std::string rows;
   uint64_t count = 0;
@@ -28,7 +29,8 @@ std::string SaveTable(EmbeddingTable& table, int64_t base_step) {
         if (with)
           AppendRawArray(&rows, r, record);
         ++count;
-      });
+      },
+      cut);
   std::string out(kMagic, sizeof(kMagic));
   AppendRaw(&out, static_cast<uint32_t>(table.name().size()));
   out += table.name();

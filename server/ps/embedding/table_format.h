@@ -37,8 +37,10 @@ struct SavedRows {
 // Every resident row of `table` (stripe by stripe, each under its lock) as
 // a full save (`base_step` < 0; afterwards no row counts as changed) or as
 // a differential against the full save of step `base_step`: the records of
-// the rows pushed since that save only.
-std::string SaveTable(EmbeddingTable& table, int64_t base_step);
+// the rows pushed since that save only. `cut` >= 0: the rows as they were
+// at that checkpoint cut (EmbeddingTable::ForEachRecordSince).
+std::string SaveTable(EmbeddingTable& table, int64_t base_step,
+                      int64_t cut = -1);
 
 // What a blob says of itself, without a table to check it against (tools,
 // tests): DATA_LOSS when it is not a table blob.
