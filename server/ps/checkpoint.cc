@@ -194,7 +194,7 @@ void CheckpointWriter::Add(int64_t step, int32_t partition, std::string blob) {
     return;
   std::sort(file.partitions.begin(), file.partitions.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
-  ready_.push_back(std::move(file));
+  EnqueueLocked(std::move(file));
   collecting_.erase(step);
   changed_.SignalAll();
 }
@@ -209,8 +209,16 @@ void CheckpointWriter::Complete(int64_t step) {
   file.job_id = options_.job_id;
   file.step = step;
   file.shard = options_.shard;
-  ready_.push_back(std::move(file));
+  EnqueueLocked(std::move(file));
   changed_.SignalAll();
+}
+
+void CheckpointWriter::EnqueueLocked(CheckpointFile file) {
+  ready_.push_back(std::move(file));
+  while (ready_.size() > kMaxQueued) {
+    overflowed_.push_back(ready_.front().step);
+    ready_.pop_front();
+  }
 }
 
 void CheckpointWriter::DropAfter(int64_t step) {
@@ -248,6 +256,7 @@ int64_t CheckpointWriter::last_written() const {
 }
 
 void CheckpointWriter::Run() {
+  std::vector<int64_t> overflowed;
   for (;;) {
     CheckpointFile file;
     {
@@ -258,7 +267,18 @@ void CheckpointWriter::Run() {
       ready_.pop_front();
       writing_ = file.step;
       busy_ = true;
+      overflowed.swap(overflowed_);
     }
+    for (int64_t step : overflowed) {
+      if (options_.on_written) {
+        options_.on_written(
+            step, 0,
+            absl::ResourceExhaustedError(absl::StrCat(
+                "checkpoint of step ", step, " dropped: ", kMaxQueued,
+                " newer files were waiting for the disk")));
+      }
+    }
+    overflowed.clear();
     Env* const env = options_.env;
     const std::string path =
         CheckpointPath(options_.dir, options_.job_id, file.step, options_.shard);

@@ -72,10 +72,15 @@ std::vector<int64_t> PruneCheckpoints(Env* env, const std::string& dir,
 // Collects one shard's partition snapshots per step and, once every
 // partition held here has reported that step, writes the file from its own
 // thread (off the gradient hot path), then prunes to the newest `keep`.
+// At most kMaxQueued complete files wait for the thread: when the disk is
+// slower than the steps, the oldest waiting one is dropped (reported to
+// on_written as RESOURCE_EXHAUSTED; the newer ones are written), so the
+// copies held in memory stay bounded.
 //
 // Thread safety: Add() and the accessors are safe to call concurrently.
 class CheckpointWriter {
  public:
+  static constexpr size_t kMaxQueued = 4;
   struct Options {
     std::string dir;
     std::string job_id;
@@ -131,6 +136,9 @@ class CheckpointWriter {
   absl::CondVar changed_;
   std::map<int64_t, CheckpointFile> collecting_ ABSL_GUARDED_BY(mu_);
   std::deque<CheckpointFile> ready_ ABSL_GUARDED_BY(mu_);
+  // Queues a complete file, dropping the oldest waiting past kMaxQueued.
+  void EnqueueLocked(CheckpointFile file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<int64_t> overflowed_ ABSL_GUARDED_BY(mu_);  // to report
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_written_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t writing_ ABSL_GUARDED_BY(mu_) = -1;  // step being written, if any

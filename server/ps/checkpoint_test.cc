@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/testing/fault_injection_env.h"
 #include "gtest/gtest.h"
 
@@ -227,6 +228,48 @@ TEST(CheckpointWriterTest, AStepMoreSkipsIsNotWritten) {
             (std::vector<int64_t>{6}));
   EXPECT_EQ(more_written, (std::vector<int64_t>{6}));
   EXPECT_EQ(writer.last_written(), 6);
+}
+
+
+// A disk slower than the steps: while step 1's file is being written,
+// steps 2..7 complete; only the newest kMaxQueued wait, the older ones are
+// dropped and reported as RESOURCE_EXHAUSTED, the others written.
+TEST(CheckpointWriterTest, TheQueueOfWaitingFilesIsBounded) {
+  ASSERT_EQ(CheckpointWriter::kMaxQueued, 4u);
+  const std::string dir = Dir("slow_disk");
+  absl::Mutex mu;
+  std::map<int64_t, absl::StatusCode> seen;
+  absl::Notification writing, release;
+  CheckpointWriter::Options options{
+      dir, "job-4", 0, 1, 10,
+      [&](int64_t step, double, const absl::Status& s) {
+        absl::MutexLock lock(&mu);
+        seen[step] = s.code();
+      }};
+  options.more = [&](int64_t step) {
+    if (step == 1) {
+      writing.Notify();
+      release.WaitForNotification();
+    }
+    return CheckpointWriter::Options::More{};
+  };
+  CheckpointWriter writer(options);
+  writer.Add(1, 0, "x");
+  writing.WaitForNotification();  // step 1 is the file being written
+  for (int64_t step = 2; step <= 7; ++step) writer.Add(step, 0, "x");
+  release.Notify();
+  writer.Flush();
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(seen, (std::map<int64_t, absl::StatusCode>{
+                      {1, absl::StatusCode::kOk},
+                      {2, absl::StatusCode::kResourceExhausted},
+                      {3, absl::StatusCode::kResourceExhausted},
+                      {4, absl::StatusCode::kOk},
+                      {5, absl::StatusCode::kOk},
+                      {6, absl::StatusCode::kOk},
+                      {7, absl::StatusCode::kOk}}));
+  EXPECT_EQ(ListCheckpointSteps(Env::Default(), dir, "job-4", 0),
+            (std::vector<int64_t>{1, 4, 5, 6, 7}));
 }
 
 }  // namespace
