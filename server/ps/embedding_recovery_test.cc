@@ -5,6 +5,7 @@
 // changed.
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -268,6 +269,82 @@ TEST(EmbeddingRecoveryTest, CheckpointNHoldsTheRowsOfTheStepsBeforeN) {
   ASSERT_TRUE(job.Adopt(2, {"a"}, 2).ok());
   ASSERT_TRUE(job.Align(2, {"a"}, 2).ok());
   EXPECT_EQ(Rows(job, "user"), at2);
+}
+
+// A membership change in a sync job undoes the step not every partition
+// completed, and its samples are trained again: the rows must forget what
+// that step pushed - the leaving member's and the staying one's - or the
+// retrained step would count twice. Both ways the step can be undone: the
+// partition here never completed it (b left before its dense push), or it
+// did but another shard did not (align below this shard's version).
+std::map<uint64_t, std::vector<float>> Records(const JobShard& job,
+                                               const std::string& table) {
+  std::map<uint64_t, std::vector<float>> out;
+  const EmbeddingTable* t = job.embeddings().Find(table);
+  const int floats = t->record_floats();
+  t->ForEachRecord([&](uint64_t id, uint32_t, const float* r) {
+    out[id] = std::vector<float>(r, r + floats);
+  });
+  return out;
+}
+
+TEST(EmbeddingRecoveryTest, AMembershipChangeUndoesTheRowsOfTheUndoneStep) {
+  for (const bool completed_here : {false, true}) {
+    SCOPED_TRACE(completed_here ? "the partition here completed step 1"
+                                : "step 1 incomplete here");
+    JobInit init = TinyJob({"a", "b"});
+    v1::EmbeddingTableSpec* t = init.spec.add_embeddings();
+    t->set_name("user");
+    t->set_dim(4);
+    t->set_capacity(1000);
+    t->mutable_optimizer()->set_type("adam");
+    t->mutable_optimizer()->set_lr(0.1);
+    ApplyDefaults(&init.spec);
+    ASSERT_TRUE(ValidateJobSpec(init.spec).ok()) << ValidateJobSpec(init.spec);
+    auto created = JobShard::Create(init);
+    ASSERT_TRUE(created.ok()) << created.status();
+    JobShard& job = **created;
+    const std::vector<uint64_t> ids = Ids();
+    const std::vector<uint64_t> more = {7, 8, 9};  // rows step 1 creates
+    const auto dense = [&](int member, int64_t s) {
+      std::vector<float> g(job.PartitionSize(0), 0.1f * (member + 1));
+      PushChunk c = Chunk(s, g, 1);
+      c.generation = job.generation();
+      return job.Push(member, c);
+    };
+    ASSERT_TRUE(dense(0, 0).ok());
+    ASSERT_TRUE(Completed(dense(1, 0)));
+    PushRows(job, "user", 4, 0, 0.5f, "a");
+    PushRows(job, "user", 4, 0, -0.5f, "b");
+    const std::vector<float> at1 = Rows(job, "user");
+    const auto records_at1 = Records(job, "user");
+    const int64_t resident_at1 = job.embeddings().Find("user")->stats().resident;
+
+    ASSERT_TRUE(dense(0, 1).ok());
+    if (completed_here) {
+      ASSERT_TRUE(Completed(dense(1, 1)));
+    }
+    PushRows(job, "user", 4, 1, 2.0f, "a");
+    PushRows(job, "user", 4, 1, 3.0f, "a", more);
+    PushRows(job, "user", 4, 1, -1.0f, "b");
+    ASSERT_NE(Rows(job, "user"), at1);
+
+    // b is gone: the job goes on at step 1 with a alone.
+    absl::StatusOr<Adopted> adopted = job.Adopt(2, {"a"}, std::nullopt);
+    ASSERT_TRUE(adopted.ok()) << adopted.status();
+    ASSERT_EQ(adopted->min_version, completed_here ? 2 : 1);
+    ASSERT_TRUE(job.Align(2, {"a"}, 1).ok());
+    EXPECT_EQ(Rows(job, "user"), at1);
+    EXPECT_EQ(Records(job, "user"), records_at1) << "values and Adam state";
+    EXPECT_EQ(job.embeddings().Find("user")->stats().resident, resident_at1);
+    EXPECT_GT(job.embeddings().Find("user")->stats().undone, 0);
+
+    // a trains step 1 again: its rows count once.
+    PushRows(job, "user", 4, 1, 2.0f, "a");
+    ASSERT_TRUE(Completed(dense(0, 1)));
+    PushRows(job, "user", 4, 2, 1.0f, "a");
+    EXPECT_NE(Rows(job, "user"), at1);
+  }
 }
 
 }  // namespace

@@ -158,7 +158,8 @@ class JobShard {
                                 const std::vector<std::string>& workers,
                                 std::optional<int64_t> restore_step);
   // Phase 2: brings every partition to version `to` (sync: undoing at most
-  // one step), resets the clocks to it and serves the generation.
+  // one step, and the embedding rows forget the pushes of steps >= `to`),
+  // resets the clocks to it and serves the generation.
   // FAILED_PRECONDITION when `generation` is not the adopted one or a
   // partition cannot be aligned (nothing changes then).
   absl::StatusOr<Aligned> Align(int64_t generation,

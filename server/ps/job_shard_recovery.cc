@@ -2,6 +2,7 @@
 // partitions and checkpoints.
 #include <algorithm>
 #include <cstring>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -109,6 +110,11 @@ absl::StatusOr<Aligned> JobShard::Align(
     }
   }
   aligned.initialized = initialized_;
+  // The rows forget what the undone step pushed (its samples train again).
+  if (absl::Status undo = embeddings_->Undo(to); !undo.ok()) {
+    std::cerr << "fulcrum-server: job " << init_.job_id << " aligning to step "
+              << to << ": " << undo.message() << "\n";
+  }
   if (checkpointer_ != nullptr) checkpointer_->DropAfter(to);
   clocks_.Reset(members, to, generation);
   embeddings_->ResetClocks(members, to, generation);

@@ -67,6 +67,16 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
           "Row images an embedding table keeps for checkpoint cuts not "
           "copied yet (rows changed after the cut).",
           {"job_id", "table"})),
+      embedding_undo_rows(r.AddGauge(
+          "fulcrum_server_embedding_undo_rows",
+          "Row images an embedding table of a sync job keeps to undo the "
+          "newest step's pushes (rows that step changed).",
+          {"job_id", "table"})),
+      embedding_undone(r.AddCounter(
+          "fulcrum_server_embedding_undone_rows_total",
+          "Rows put back as they were before a step a membership change "
+          "undid (sync jobs).",
+          {"job_id", "table"})),
       embedding_admitted(r.AddCounter(
           "fulcrum_server_embedding_admitted_rows_total",
           "Rows created (admitted: pushed min_count times).",
@@ -146,6 +156,8 @@ void ShardMetrics::TableState(const std::string& job_id,
   embedding_rows.WithLabels({job_id, table}).Set(s.resident);
   embedding_bytes.WithLabels({job_id, table}).Set(s.bytes);
   embedding_cut_rows.WithLabels({job_id, table}).Set(s.cut_rows);
+  embedding_undo_rows.WithLabels({job_id, table}).Set(s.undo_rows);
+  CatchUp(embedding_undone.WithLabels({job_id, table}), s.undone);
   CatchUp(embedding_admitted.WithLabels({job_id, table}), s.created);
   CatchUp(embedding_evicted.WithLabels({job_id, table, "capacity"}),
           s.evicted_capacity);

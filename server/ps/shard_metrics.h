@@ -58,6 +58,8 @@ struct ShardMetrics {
   metrics::Family<metrics::Gauge>& embedding_rows;
   metrics::Family<metrics::Gauge>& embedding_bytes;
   metrics::Family<metrics::Gauge>& embedding_cut_rows;
+  metrics::Family<metrics::Gauge>& embedding_undo_rows;
+  metrics::Family<metrics::Counter>& embedding_undone;
   metrics::Family<metrics::Counter>& embedding_admitted;
   metrics::Family<metrics::Counter>& embedding_evicted;
   metrics::Family<metrics::Counter>& embedding_pending;

@@ -18,7 +18,8 @@ constexpr int64_t kMinStripeRows = 4096;
 }  // namespace
 
 EmbeddingTable::EmbeddingTable(const v1::EmbeddingTableSpec& spec,
-                               uint64_t seed, int64_t rows, Env* env)
+                               uint64_t seed, int64_t rows, Env* env,
+                               bool undoable)
     : name_(spec.name()),
       dim_(spec.dim()),
       rows_(rows),
@@ -37,6 +38,7 @@ EmbeddingTable::EmbeddingTable(const v1::EmbeddingTableSpec& spec,
                                         : RowStoreConfig::Eviction::kLru;
   c.min_count = spec.min_count();
   c.ttl_seconds = spec.ttl_seconds();
+  c.undoable = undoable;
   for (int s = 0; s < stripes; ++s) {
     c.seed = Mix64(seed + s + 1);
     stripes_.push_back(std::make_unique<Stripe>(c));
@@ -119,6 +121,16 @@ EmbeddingTable::Pushed EmbeddingTable::Push(absl::Span<const uint64_t> ids,
   return out;
 }
 
+bool EmbeddingTable::Undo(int64_t to) {
+  const int64_t now = Now();
+  bool ok = true;
+  for (auto& stripe : stripes_) {
+    absl::MutexLock lock(&stripe->mu);
+    ok &= stripe->store.Undo(to, now);
+  }
+  return ok;
+}
+
 int64_t EmbeddingTable::Expire() {
   const int64_t now = Now();
   int64_t n = 0;
@@ -141,6 +153,8 @@ RowStore::Stats EmbeddingTable::stats() const {
     sum.pending_pushes += s.pending_pushes;
     sum.bytes += s.bytes;
     sum.cut_rows += s.cut_rows;
+    sum.undo_rows += s.undo_rows;
+    sum.undone += s.undone;
   }
   return sum;
 }

@@ -30,9 +30,10 @@ namespace fulcrum {
 class EmbeddingTable {
  public:
   // `spec` validated (with defaults); at most `rows` rows held here;
-  // `seed` the job's. `env` is not owned and must outlive the table.
+  // `seed` the job's; `undoable`: a sync job's (see Undo). `env` is not
+  // owned and must outlive the table.
   EmbeddingTable(const v1::EmbeddingTableSpec& spec, uint64_t seed,
-                 int64_t rows, Env* env);
+                 int64_t rows, Env* env, bool undoable = false);
 
   const std::string& name() const { return name_; }
   int dim() const { return dim_; }
@@ -55,6 +56,12 @@ class EmbeddingTable {
   Pushed Push(absl::Span<const uint64_t> ids, const float* gradients,
               absl::Span<const uint32_t> counts, int64_t step = -1,
               const CutWindow& cuts = {});
+
+  // Takes back the pushes of steps >= `to` (RowStore::Undo) in every
+  // stripe; false when a stripe could not (its rows stay as they are).
+  // REQUIRES: no push runs concurrently (a membership change: older
+  // generations' pushes are refused).
+  bool Undo(int64_t to);
 
   // Evicts every row past its ttl now; returns how many.
   int64_t Expire();

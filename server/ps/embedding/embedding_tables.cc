@@ -35,11 +35,12 @@ EmbeddingTables::EmbeddingTables(const v1::JobSpec& spec, int shard,
       shards_(shards),
       chunk_bytes_(spec.chunk_bytes()),
       full_every_(std::max(1, spec.checkpoint().full_every())),
-      cuts_(spec.checkpoint().every_steps(), SyncJob(spec),
+      sync_(SyncJob(spec)),
+      cuts_(spec.checkpoint().every_steps(), sync_,
             spec.embeddings_size(), members, generation) {
   for (const v1::EmbeddingTableSpec& t : spec.embeddings()) {
     tables_.push_back(std::make_unique<EmbeddingTable>(
-        t, spec.seed(), RowsPerShard(t, shards), env));
+        t, spec.seed(), RowsPerShard(t, shards), env, sync_));
     staleness_.push_back(t.has_staleness() ? t.staleness() : -1);
     clocks_.push_back(t.has_staleness() ? std::make_unique<ClockTable>(
                                               members, 1, generation)
@@ -159,6 +160,18 @@ void EmbeddingTables::Clear() {
   cuts_.Restored(0);
   absl::MutexLock lock(&save_mu_);
   need_full_ = true;
+}
+
+absl::Status EmbeddingTables::Undo(int64_t to) {
+  if (!sync_) return absl::OkStatus();
+  std::string failed;
+  for (auto& t : tables_) {
+    if (!t->Undo(to)) absl::StrAppend(&failed, failed.empty() ? "" : ", ", t->name());
+  }
+  if (failed.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      "rows of table(s) ", failed, " were pushed for steps past ", to,
+      " that the dense partitions had not reached: they keep those pushes"));
 }
 
 void EmbeddingTables::ResetClocks(int members, int64_t clock,

@@ -140,6 +140,14 @@ class EmbeddingTables {
   // Every table back to its initial values (a restore of step 0).
   void Clear();
 
+  // Sync jobs: a membership change aligns the job to step `to`, undoing
+  // the step not every dense partition completed; the rows forget the
+  // pushes of steps >= `to` (RowStore::Undo). An error (INTERNAL, naming
+  // the tables) when a table could not: its rows stay as they are. Does
+  // nothing in ssp and async jobs (their dense steps are not undone
+  // either). REQUIRES: older generations' pushes are refused (Adopt).
+  absl::Status Undo(int64_t to);
+
   // A new generation of `members`, every clock at `clock` (JobShard::Align);
   // waits of older generations end with ABORTED.
   void ResetClocks(int members, int64_t clock, int64_t generation);
@@ -159,6 +167,7 @@ class EmbeddingTables {
   const int shards_;
   const int64_t chunk_bytes_;
   const int full_every_;
+  const bool sync_;  // sync or ssp(0): dense steps can be undone
   CheckpointCuts cuts_;
   absl::Duration rows_wait_ = absl::Seconds(30);
   absl::Mutex save_mu_;  // the checkpoint writer's thread; restores

@@ -7,16 +7,21 @@ namespace fulcrum {
 namespace {
 
 constexpr size_t kRecordsPerBlock = 256;
+// A dropped cut's memory is kept for the next one up to this many records.
+constexpr size_t kMaxSpareRecords = size_t{1} << 16;
 
 }  // namespace
 
 float* RowCuts::Cut::NewRecord(int stride) {
-  if (blocks.empty() || used == kRecordsPerBlock) {
-    blocks.push_back(
-        std::make_unique<float[]>(kRecordsPerBlock * static_cast<size_t>(stride)));
+  if (in_use == 0 || used == kRecordsPerBlock) {
+    if (in_use == blocks.size()) {
+      blocks.push_back(std::make_unique<float[]>(
+          kRecordsPerBlock * static_cast<size_t>(stride)));
+    }
+    ++in_use;
     used = 0;
   }
-  return blocks.back().get() + (used++) * static_cast<size_t>(stride);
+  return blocks[in_use - 1].get() + (used++) * static_cast<size_t>(stride);
 }
 
 void RowCuts::Set(const CutWindow& window) {
@@ -33,11 +38,17 @@ void RowCuts::Set(const CutWindow& window) {
 
 void RowCuts::Reset() {
   cuts_.clear();
+  spare_.reset();
   floor_ = -1;
 }
 
 RowCuts::Cut* RowCuts::Open(int64_t step) {
-  cuts_.emplace_back();
+  if (spare_.has_value()) {
+    cuts_.push_back(std::move(*spare_));
+    spare_.reset();
+  } else {
+    cuts_.emplace_back();
+  }
   cuts_.back().step = step;
   return &cuts_.back();
 }
@@ -60,12 +71,20 @@ void RowCuts::Save(uint64_t id, int64_t step, const float* record,
 }
 
 void RowCuts::ForLater(uint64_t id, int64_t step,
-                       const std::function<void(Image&)>& fn) {
+                       absl::FunctionRef<void(Image&)> fn) {
+  if (cuts_.empty() || cuts_.back().step <= step) return;
   for (Cut& cut : cuts_) {
     if (cut.step <= step) continue;
     auto it = cut.images.find(id);
     if (it != cut.images.end()) fn(it->second);
   }
+}
+
+bool RowCuts::Has(int64_t cut) const {
+  for (const Cut& c : cuts_) {
+    if (c.step == cut) return true;
+  }
+  return false;
 }
 
 const RowCuts::Image* RowCuts::Find(int64_t cut, uint64_t id) const {
@@ -79,7 +98,7 @@ const RowCuts::Image* RowCuts::Find(int64_t cut, uint64_t id) const {
 
 void RowCuts::ForEach(
     int64_t cut,
-    const std::function<void(uint64_t, const Image&)>& fn) const {
+    absl::FunctionRef<void(uint64_t, const Image&)> fn) const {
   for (const Cut& c : cuts_) {
     if (c.step != cut) continue;
     for (const auto& [id, image] : c.images) fn(id, image);
@@ -87,7 +106,17 @@ void RowCuts::ForEach(
 }
 
 void RowCuts::DropThrough(int64_t cut) {
-  while (!cuts_.empty() && cuts_.front().step <= cut) cuts_.pop_front();
+  while (!cuts_.empty() && cuts_.front().step <= cut) {
+    Cut& c = cuts_.front();
+    if (c.blocks.size() * kRecordsPerBlock <= kMaxSpareRecords) {
+      // Keeps the index's array (clear() would free a large one).
+      c.images.erase(c.images.begin(), c.images.end());
+      c.used = 0;
+      c.in_use = 0;
+      spare_ = std::move(c);
+    }
+    cuts_.pop_front();
+  }
   floor_ = std::max(floor_, cut);
 }
 
@@ -98,13 +127,13 @@ int64_t RowCuts::images() const {
 }
 
 int64_t RowCuts::bytes() const {
-  int64_t n = 0;
-  for (const Cut& c : cuts_) {
-    n += static_cast<int64_t>(c.blocks.size() * kRecordsPerBlock * stride_ *
-                              sizeof(float));
-    n += static_cast<int64_t>(c.images.capacity() *
-                              (sizeof(uint64_t) + sizeof(Image) + 1));
-  }
+  const auto bytes = [&](const Cut& c) {
+    return static_cast<int64_t>(
+        c.blocks.size() * kRecordsPerBlock * stride_ * sizeof(float) +
+        c.images.capacity() * (sizeof(uint64_t) + sizeof(Image) + 1));
+  };
+  int64_t n = spare_.has_value() ? bytes(*spare_) : 0;
+  for (const Cut& c : cuts_) n += bytes(c);
   return n;
 }
 

@@ -26,9 +26,11 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 
 namespace fulcrum {
 
@@ -67,12 +69,14 @@ class RowCuts {
   // `fn` may make a non-resident image resident: it then fills the record
   // Image::record points to.
   void ForLater(uint64_t id, int64_t step,
-                const std::function<void(Image&)>& fn);
+                absl::FunctionRef<void(Image&)> fn);
+  // Whether `cut` is open.
+  bool Has(int64_t cut) const;
   // The image of `id` at `cut`, or null.
   const Image* Find(int64_t cut, uint64_t id) const;
   // fn(id, image) for every image of `cut`.
   void ForEach(int64_t cut,
-               const std::function<void(uint64_t, const Image&)>& fn) const;
+               absl::FunctionRef<void(uint64_t, const Image&)> fn) const;
   // Drops every cut <= `cut` (copied); no cut <= it opens again.
   void DropThrough(int64_t cut);
 
@@ -85,13 +89,18 @@ class RowCuts {
     absl::flat_hash_map<uint64_t, Image> images;
     // Records in blocks that never move (images point into them).
     std::vector<std::unique_ptr<float[]>> blocks;
-    size_t used = 0;  // records handed out in the last block
+    size_t in_use = 0;  // blocks handed out from (a reused cut has more)
+    size_t used = 0;    // records handed out in the last of those
     float* NewRecord(int stride);
   };
   Cut* Open(int64_t step);
 
   const int stride_;
   std::deque<Cut> cuts_;  // ascending steps
+  // The last dropped cut's index and blocks, emptied, for the next to open
+  // (an undo cut opens every step: no allocation or rehashing then); not
+  // kept when it held more than a step's worth of rows.
+  std::optional<Cut> spare_;
   int64_t floor_ = -1;    // no cut <= this opens (copied, or dropped)
 };
 

@@ -24,6 +24,7 @@ RowStore::RowStore(const RowStoreConfig& config)
           std::min<int64_t>(1024, std::max<int64_t>(1, config.capacity)))),
       index_(KeyOf{this}),
       cuts_(stride_),
+      undo_(stride_),
       rng_(config.seed | 1) {
   if (config_.min_count > 1) {
     // About two counters per row the store may hold: few collisions among
@@ -49,9 +50,13 @@ const float* RowStore::State(uint64_t id) const {
 
 RowStore::Pushed RowStore::Push(uint64_t id, const float* g, uint32_t count,
                                 int64_t now, int64_t step) {
+  if (config_.undoable && step > newest_step_) {
+    undo_.Set({1, step - 1, step});  // the cut at the newest step only
+    newest_step_ = step;
+  }
   uint32_t slot = index_.Find(id);
   Pushed result = Pushed::kApplied;
-  const bool cuts = step >= 0 && !cuts_.empty();
+  const bool cuts = step >= 0 && (!cuts_.empty() || !undo_.empty());
   if (slot == kNone) {
     if (sketch_.has_value() &&
         sketch_->Add(id, std::max<uint32_t>(count, 1)) <
@@ -59,7 +64,7 @@ RowStore::Pushed RowStore::Push(uint64_t id, const float* g, uint32_t count,
       ++stats_.pending_pushes;
       return Pushed::kPending;
     }
-    if (cuts) cuts_.Save(id, step, nullptr, 0);  // no row at those cuts
+    if (cuts) SaveImages(id, step, nullptr, 0);  // no row at those cuts
     slot = TakeSlot(cuts ? step : -1);
     Meta& m = meta(slot);
     m.id = id;
@@ -73,7 +78,7 @@ RowStore::Pushed RowStore::Push(uint64_t id, const float* g, uint32_t count,
     ++stats_.resident;
     result = Pushed::kCreated;
   } else {
-    if (cuts) cuts_.Save(id, step, row(slot), meta(slot).freq);
+    if (cuts) SaveImages(id, step, row(slot), meta(slot).freq);
     if (head_ != slot) {
       Unlink(slot);
       LinkFront(slot);
@@ -84,23 +89,58 @@ RowStore::Pushed RowStore::Push(uint64_t id, const float* g, uint32_t count,
   float* r = row(slot);
   config_.optimizer.Apply(r, r + config_.dim, g, config_.dim);
   SetChanged(slot, true);
-  if (cuts) {
-    // A push of an earlier step than a cut whose image this row has: the
-    // image takes it too (created, if the row did not exist at the cut).
-    cuts_.ForLater(id, step, [&](RowCuts::Image& image) {
-      float* rec = image.record;
-      if (!image.resident) {
-        InitialRow(config_.init, id, config_.dim, rec);
-        config_.optimizer.InitState(rec + config_.dim, config_.dim);
-        image.resident = true;
-        image.freq = 0;
-      }
-      const uint32_t c = std::max<uint32_t>(count, 1);
-      image.freq = image.freq > ~uint32_t{0} - c ? ~uint32_t{0} : image.freq + c;
-      config_.optimizer.Apply(rec, rec + config_.dim, g, config_.dim);
+  if (cuts) StepLaterImages(id, step, g, count);
+  return result;
+}
+
+void RowStore::SaveImages(uint64_t id, int64_t step, const float* record,
+                          uint32_t freq) {
+  cuts_.Save(id, step, record, freq);
+  undo_.Save(id, step, record, freq);
+}
+
+void RowStore::StepLaterImages(uint64_t id, int64_t step, const float* g,
+                               uint32_t count) {
+  // A push of an earlier step than a cut whose image this row has: the
+  // image takes it too (created, if the row did not exist at the cut).
+  const auto step_image = [&](RowCuts::Image& image) {
+    float* rec = image.record;
+    if (!image.resident) {
+      InitialRow(config_.init, id, config_.dim, rec);
+      config_.optimizer.InitState(rec + config_.dim, config_.dim);
+      image.resident = true;
+      image.freq = 0;
+    }
+    const uint32_t c = std::max<uint32_t>(count, 1);
+    image.freq = image.freq > ~uint32_t{0} - c ? ~uint32_t{0} : image.freq + c;
+    config_.optimizer.Apply(rec, rec + config_.dim, g, config_.dim);
+  };
+  cuts_.ForLater(id, step, step_image);
+  undo_.ForLater(id, step, step_image);
+}
+
+bool RowStore::Undo(int64_t to, int64_t now) {
+  bool ok = true;
+  if (newest_step_ >= to && !undo_.Has(to)) {
+    ok = false;
+  } else if (newest_step_ >= to) {
+    // Rows created since the cut go first (their slots are free again),
+    // then the cut's rows come back: as many as were resident at the cut.
+    undo_.ForEach(to, [&](uint64_t id, const RowCuts::Image& image) {
+      if (image.resident) return;
+      const uint32_t slot = index_.Find(id);
+      if (slot != kNone) Remove(slot);
+      ++stats_.undone;
+    });
+    undo_.ForEach(to, [&](uint64_t id, const RowCuts::Image& image) {
+      if (!image.resident) return;
+      SetChanged(Place(id, image.record, image.freq, now), true);
+      ++stats_.undone;
     });
   }
-  return result;
+  undo_.Reset();
+  newest_step_ = std::min(newest_step_, to - 1);
+  return ok;
 }
 
 uint32_t RowStore::TakeSlot(int64_t step) {
@@ -120,7 +160,7 @@ uint32_t RowStore::TakeSlot(int64_t step) {
     return slot;
   }
   const uint32_t slot = Victim();
-  if (step >= 0) cuts_.Save(meta(slot).id, step, row(slot), meta(slot).freq);
+  if (step >= 0) SaveImages(meta(slot).id, step, row(slot), meta(slot).freq);
   Unlink(slot);
   index_.Erase(meta(slot).id);
   --stats_.resident;
@@ -182,10 +222,9 @@ int64_t RowStore::Expire(int64_t now, int64_t max_rows) {
   int64_t n = 0;
   while (n < max_rows && tail_ != kNone &&
          now - meta(tail_).touch >= config_.ttl_seconds) {
-    if (!cuts_.empty()) {  // after every open cut: each keeps the row
-      cuts_.Save(meta(tail_).id, RowCuts::kAfterAll, row(tail_),
-                 meta(tail_).freq);
-    }
+    // After every open cut: each keeps the row.
+    SaveImages(meta(tail_).id, RowCuts::kAfterAll, row(tail_),
+               meta(tail_).freq);
     Remove(tail_);
     ++stats_.evicted_ttl;
     ++n;
@@ -199,8 +238,10 @@ RowStore::Stats RowStore::stats() const {
       rows_.size() * rows_per_block_ * (stride_ * sizeof(float) + sizeof(Meta)) +
       changed_.capacity() * sizeof(uint64_t) +
       index_.bytes() + free_.capacity() * sizeof(uint32_t) +
-      (sketch_.has_value() ? sketch_->bytes() : 0) + cuts_.bytes());
+      (sketch_.has_value() ? sketch_->bytes() : 0) + cuts_.bytes() +
+      undo_.bytes());
   s.cut_rows = cuts_.images();
+  s.undo_rows = undo_.images();
   return s;
 }
 
@@ -217,10 +258,17 @@ void RowStore::Clear() {
   freq_added_ = 0;
   stats_.resident = 0;
   cuts_.Reset();
+  undo_.Reset();
+  newest_step_ = -1;
 }
 
 void RowStore::Insert(uint64_t id, const float* record, uint32_t freq,
                       int64_t now) {
+  SetChanged(Place(id, record, freq, now), false);
+}
+
+uint32_t RowStore::Place(uint64_t id, const float* record, uint32_t freq,
+                         int64_t now) {
   uint32_t slot = index_.Find(id);
   if (slot == kNone) {
     slot = TakeSlot();
@@ -235,7 +283,7 @@ void RowStore::Insert(uint64_t id, const float* record, uint32_t freq,
   meta(slot).touch = static_cast<int32_t>(now);
   meta(slot).freq = freq;
   std::memcpy(row(slot), record, sizeof(float) * stride_);
-  SetChanged(slot, false);
+  return slot;
 }
 
 void RowStore::ForEachRecordSince(

@@ -20,6 +20,17 @@
 // expiry (for every open cut); ForEachRecordSince(..., cut) then reads
 // every row as it was at the cut.
 //
+// Undo (sync jobs, config.undoable): a membership change may undo the
+// step the dense partitions had not all completed (JobShard::Align), and
+// its samples are trained again, so the rows must forget that step's
+// pushes too. The store keeps one more cut, at the newest step any push
+// carried (a worker pushes step s's rows only after reading version s of
+// every partition, so no align goes below it); Undo(to) puts every row the
+// pushes of steps >= `to` changed, created, evicted or expired back as it
+// was, from that cut's images. What it does not restore: admission counts
+// of ids still pending (a few occurrences early) and the recency order of
+// the restored rows (they become the most recent).
+//
 // Thread safety: none; EmbeddingTable locks each stripe. Read and the
 // const methods may run concurrently with each other.
 #ifndef FULCRUM_SERVER_PS_EMBEDDING_ROW_STORE_H_
@@ -48,6 +59,8 @@ struct RowStoreConfig {
   int min_count = 1;        // pushes before a row is created
   int64_t ttl_seconds = 0;  // 0: rows never expire
   uint64_t seed = 1;        // lfu's sampling
+  // Sync jobs: keep what Undo needs to take back the newest step's pushes.
+  bool undoable = false;
 };
 
 class RowStore {
@@ -77,6 +90,13 @@ class RowStore {
   // The open checkpoint cuts from now on (row_cuts.h); copied cuts close.
   void SetCuts(const CutWindow& window) { cuts_.Set(window); }
 
+  // Takes back every push of a step >= `to` (see Undo above) at `now`;
+  // nothing to do when no push carried such a step. False when it cannot
+  // (pushes of a step >= `to` went past the undo cut - a client pushing
+  // rows of steps the dense partitions had not reached): the rows stay as
+  // they are. Either way the undo cut starts again below `to`.
+  bool Undo(int64_t to, int64_t now);
+
   // Evicts up to `max_rows` rows not pushed for ttl_seconds at `now`,
   // oldest first; returns how many.
   int64_t Expire(int64_t now, int64_t max_rows);
@@ -89,6 +109,8 @@ class RowStore {
     int64_t pending_pushes = 0;    // pushes of ids not admitted yet
     int64_t bytes = 0;             // everything this store allocated
     int64_t cut_rows = 0;          // images held for open cuts
+    int64_t undo_rows = 0;         // images held to undo the newest step
+    int64_t undone = 0;            // rows Undo put back, ever
   };
   Stats stats() const;
 
@@ -149,10 +171,19 @@ class RowStore {
            static_cast<size_t>(slot % rows_per_block_) * stride_;
   }
 
+  // Images `id` (`record` null: no row) for the open cuts <= `step`, the
+  // undo cut's included.
+  void SaveImages(uint64_t id, int64_t step, const float* record,
+                  uint32_t freq);
+  // A push of `step` to `id` also steps the images of later cuts.
+  void StepLaterImages(uint64_t id, int64_t step, const float* g,
+                       uint32_t count);
   // A slot for a new row: a free one, a new one, or the victim's (imaged
   // for the open cuts <= `step` first).
   uint32_t TakeSlot(int64_t step = -1);
   uint32_t Victim();
+  // Insert's work; returns the row's slot.
+  uint32_t Place(uint64_t id, const float* record, uint32_t freq, int64_t now);
   void Unlink(uint32_t slot);
   void LinkFront(uint32_t slot);
   void Remove(uint32_t slot);  // unlink, unindex, free
@@ -178,6 +209,8 @@ class RowStore {
   RowIndex<KeyOf> index_;
   std::optional<AdmissionSketch> sketch_;  // min_count > 1
   RowCuts cuts_;
+  RowCuts undo_;                  // the cut at newest_step_ (undoable)
+  int64_t newest_step_ = -1;      // the newest step a push carried
   uint32_t head_ = kNone;         // most recently pushed
   uint32_t tail_ = kNone;         // least recently pushed
   uint64_t rng_;

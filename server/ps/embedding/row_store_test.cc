@@ -257,5 +257,113 @@ TEST(RowStoreTest, AFullSaveAtACutLeavesLaterChangesForTheNextDifferential) {
   EXPECT_EQ(changed, (std::map<uint64_t, bool>{{1, false}, {2, true}}));
 }
 
+// Undo (sync jobs): a membership change undoes step M (its samples train
+// again), and the rows forget its pushes - those that arrived before and
+// after the late pushes of step M - 1, which stay. A randomised history
+// ends every round with Undo(M): the store equals one that received only
+// the pushes of steps < M, in the same order (values, Adam state,
+// frequency, resident rows); then step M is pushed again, as the new
+// generation does, and so on.
+std::map<uint64_t, Record> Live(const RowStore& s) {
+  std::map<uint64_t, Record> out;
+  s.ForEachRecord([&](uint64_t id, uint32_t freq, const float* r) {
+    out[id] = Record{freq, std::vector<float>(r, r + s.record_floats())};
+  });
+  return out;
+}
+
+TEST(RowStoreTest, UndoTakesBackEveryPushOfTheNewestStep) {
+  RowStoreConfig c = Sgd(1000);
+  c.optimizer.type = RowOptimizer::Type::kAdam;
+  c.optimizer.lr = 0.1f;
+  c.undoable = true;
+  for (uint64_t seed : {1, 2, 3}) {
+    RowStore live(c), reference(c);
+    uint64_t rng = seed * 7919;
+    auto next = [&] {
+      rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+      return rng >> 33;
+    };
+    int64_t undone = 0;
+    for (int64_t m = 1; m <= 6; ++m) {
+      for (int i = 0; i < 120; ++i) {
+        // Step m, with step m - 1's last pushes still arriving among them.
+        const uint64_t id = next() % 60;
+        const int64_t step = next() % 4 == 0 ? m - 1 : m;
+        const float g[4] = {float(i % 7) - 3, 0.5f, float(id), -1};
+        live.Push(id, g, 1 + i % 3, 0, step);
+        if (step < m) reference.Push(id, g, 1 + i % 3, 0, step);
+      }
+      ASSERT_GT(live.stats().undo_rows, 0);
+      ASSERT_TRUE(live.Undo(m, 0));
+      ASSERT_EQ(Live(live), Live(reference)) << "seed " << seed << " step " << m;
+      EXPECT_EQ(live.stats().resident, reference.stats().resident);
+      EXPECT_EQ(live.stats().undo_rows, 0);
+      EXPECT_GT(live.stats().undone, undone);
+      undone = live.stats().undone;
+      // The new generation trains step m again: both stores take it.
+      for (int i = 0; i < 40; ++i) {
+        const uint64_t id = next() % 60;
+        const float g[4] = {0.25f, float(i % 5), -0.5f, 2};
+        live.Push(id, g, 1, 0, m);
+        reference.Push(id, g, 1, 0, m);
+      }
+    }
+  }
+}
+
+// With eviction by capacity and by ttl between the step's start and the
+// undo: evicted rows come back as they were, rows the step created go, and
+// the store holds exactly its rows at the step's start.
+TEST(RowStoreTest, UndoBringsBackEvictedAndExpiredRowsAndDropsNewOnes) {
+  RowStoreConfig c = Sgd(3);
+  c.ttl_seconds = 10;
+  c.undoable = true;
+  RowStore s(c);
+  s.Push(1, kOnes.data(), 1, 0, 0);
+  s.Push(2, kOnes.data(), 2, 1, 0);
+  s.Push(3, kOnes.data(), 1, 2, 1);
+  const std::map<uint64_t, Record> before = Live(s);
+  ASSERT_EQ(before.size(), 3u);
+  s.Push(2, kOnes.data(), 1, 5, 2);  // step 2 updates 2,
+  s.Push(4, kOnes.data(), 1, 5, 2);  // creates 4 (evicting 1),
+  EXPECT_FALSE(s.Resident(1));
+  EXPECT_EQ(s.Expire(/*now=*/12, 10), 1);  // 3 expires,
+  s.Push(5, kOnes.data(), 1, 12, 2);       // and 5 takes its slot
+  ASSERT_NE(Live(s), before);
+  ASSERT_TRUE(s.Undo(2, 13));
+  EXPECT_EQ(Live(s), before);
+  EXPECT_EQ(s.stats().resident, 3);
+  EXPECT_EQ(s.stats().undone, 5);  // 1, 2, 3 back; 4, 5 gone
+  // The restored rows count as changed for the next differential save.
+  std::map<uint64_t, bool> changed;
+  s.ForEachRecordSince(false, [&](uint64_t id, uint32_t, const float*,
+                                  bool ch) { changed[id] = ch; });
+  EXPECT_EQ(changed, (std::map<uint64_t, bool>{{1, true}, {2, true}, {3, true}}));
+}
+
+// Nothing to undo when no push carried the step; an undo below the
+// newest step's cut cannot be done and says so, leaving the rows; and a
+// store that is not undoable keeps no images.
+TEST(RowStoreTest, UndoOfAStepNoPushCarriedChangesNothing) {
+  RowStoreConfig c = Sgd(10);
+  c.undoable = true;
+  RowStore s(c);
+  s.Push(1, kOnes.data(), 1, 0, 3);
+  s.Push(2, kOnes.data(), 1, 0, 4);
+  const std::map<uint64_t, Record> now = Live(s);
+  EXPECT_TRUE(s.Undo(5, 0));
+  EXPECT_EQ(Live(s), now);
+  s.Push(1, kOnes.data(), 1, 0, 5);
+  s.Push(1, kOnes.data(), 1, 0, 6);
+  const std::map<uint64_t, Record> six = Live(s);
+  EXPECT_FALSE(s.Undo(5, 0)) << "step 5's cut closed when step 6 came";
+  EXPECT_EQ(Live(s), six);
+
+  RowStore plain(Sgd(10));
+  plain.Push(1, kOnes.data(), 1, 0, 3);
+  EXPECT_EQ(plain.stats().undo_rows, 0);
+}
+
 }  // namespace
 }  // namespace fulcrum
