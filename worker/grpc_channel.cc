@@ -46,7 +46,13 @@ GrpcParameterChannel::GrpcParameterChannel(ChannelOptions options,
       layout_(layout),
       params_(params),
       chunk_elems_(options_.chunk_bytes / 4),
-      arrivals_(layout) {}
+      arrivals_(layout),
+      own_encoder_(options_.encoder != nullptr
+                       ? nullptr
+                       : std::make_unique<GradientEncoder>(
+                             layout, chunk_elems_, options_.gradients)),
+      encoder_(options_.encoder != nullptr ? options_.encoder
+                                           : own_encoder_.get()) {}
 
 GrpcParameterChannel::~GrpcParameterChannel() {
   Cancel();
@@ -147,8 +153,6 @@ absl::StatusOr<int64_t> GrpcParameterChannel::Open() {
       stream_of_partition_[id] = static_cast<int>(streams_.size());
     streams_.push_back(std::move(s));
   }
-  if (options_.gradients != WireEncoding::kFp32)
-    encoded_.resize(layout_->total_size() * ElementBytes(options_.gradients));
   for (auto& s : streams_) {
     Stream* raw = s.get();
     s->receiver = std::thread([this, raw] { ReceiveLoop(raw); });
@@ -172,8 +176,7 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
   RequestFrame request;
   request.pins = &pins_;
   v1::Push* push = request.message.mutable_push();
-  const WireEncoding encoding = options_.gradients;
-  const int width = ElementBytes(encoding);
+  const WireEncoding encoding = encoder_->encoding();
   std::shared_ptr<Connection> conn;
   for (;;) {
     {
@@ -208,16 +211,17 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
       ok = ForEachChunk(p, item.samples, chunk_elems_,
                         [&](int64_t offset, int64_t n) {
                           push->set_offset(offset);
-                          const float* g = item.grads + p.offset + offset;
-                          if (encoding == WireEncoding::kFp32) {
-                            request.out = reinterpret_cast<const char*>(g);
-                          } else {
-                            char* e = encoded_.data() +
-                                      (p.offset + offset) * width;
-                            EncodeRun(encoding, g, n, e);
-                            request.out = e;
+                          if (n == 0) {  // an empty push
+                            request.out_bytes = 0;
+                            push->clear_indices();
+                            return conn->rw->Write(request);
                           }
-                          request.out_bytes = n * width;
+                          const GradientEncoder::Chunk c = encoder_->Encode(
+                              item.id, offset, n, item.grads, item.step,
+                              options_.generation);
+                          request.out = c.data;
+                          request.out_bytes = c.bytes;
+                          push->set_indices(c.indices.data(), c.indices.size());
                           return conn->rw->Write(request);
                         });
       if (!ok) break;

@@ -76,10 +76,12 @@ class GrpcParameterChannel : public ParameterChannel {
   float* const params_;                  // Not owned.
   const int64_t chunk_elems_;
   Arrivals arrivals_;
-  // Gradients in wire.gradients when not fp32, at 2 bytes per element of
-  // the flat layout (each stream writes its own partitions' runs).
-  std::vector<char> encoded_;
-  // Slices gRPC holds into the gradients or encoded_: Close waits for them.
+  // How chunks go on the wire: options_.encoder, or own_encoder_ (dense,
+  // in options_.gradients) when there is none.
+  std::unique_ptr<GradientEncoder> own_encoder_;
+  GradientEncoder* encoder_;
+  // Slices gRPC holds into the gradients or the encoder's buffers: Close
+  // waits for them.
   SlicePins pins_;
   std::vector<std::unique_ptr<Stream>> streams_;  // shards holding partitions
   std::vector<int> stream_of_partition_;

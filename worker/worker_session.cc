@@ -30,7 +30,10 @@ WorkerSession::WorkerSession(Options options, Assignment first,
       // Validated at submission (unset: fp32); the job's, every generation.
       gradients_(EncodingFromProto(assignment_.spec.wire().gradients(),
                                    "wire.gradients")
-                     .value_or(WireEncoding::kFp32)) {}
+                     .value_or(WireEncoding::kFp32)),
+      encoder_(std::make_unique<GradientEncoder>(
+          layout, assignment_.spec.chunk_bytes() / 4, gradients_,
+          assignment_.spec.wire().topk())) {}
 
 WorkerSession::~WorkerSession() {
   if (channel_ != nullptr) {
@@ -49,6 +52,7 @@ ChannelOptions WorkerSession::ChannelOptionsNow() const {
   o.shard_credentials = a.shard_credentials;
   o.chunk_bytes = a.spec.chunk_bytes();
   o.gradients = gradients_;
+  o.encoder = encoder_.get();
   o.reconnect_timeout = options_.reconnect_timeout;
   o.on_reconnect = options_.on_reconnect;
   return o;

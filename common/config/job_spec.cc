@@ -155,6 +155,7 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"gradients", encoding([wi](v1::Encoding e) { wi->set_gradients(e); })},
       {"parameters",
        encoding([wi](v1::Encoding e) { wi->set_parameters(e); })},
+      {"topk", Scalar<double>("a number", [wi](double v) { wi->set_topk(v); })},
   };
   const std::map<std::string, Handler> workers = {
       {"min", Scalar<int>("an integer", [w](int v) { w->set_min(v); })},
@@ -640,6 +641,12 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Bad("wire.parameters",
                absl::StrCat("must be fp32 or bf16 (fp16 cannot hold every "
                             "weight)", got(spec.wire().parameters())));
+  }
+  if (!(spec.wire().topk() >= 0.0 && spec.wire().topk() <= 1.0)) {
+    return Bad("wire.topk",
+               absl::StrCat("must be in (0, 1] (the fraction of each chunk's "
+                            "elements sent; 0: dense)",
+                            got(spec.wire().topk())));
   }
   RETURN_IF_ERROR(ValidateEmbeddingTables(spec));
   if (spec.model().type() == "embedding_mlp") {

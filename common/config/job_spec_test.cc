@@ -65,6 +65,10 @@ TEST(JobSpecTest, WireEncodings) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->wire().gradients(), v1::ENCODING_FP16);
   EXPECT_EQ(spec->encoding(), v1::ENCODING_UNSPECIFIED);
+  spec = ParseJobSpec(std::string(kValid) + "wire: {topk: 0.01}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->wire().topk(), 0.01);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
 }
 
 TEST(JobSpecTest, ParsesJson) {
@@ -209,6 +213,9 @@ TEST(JobSpecTest, ErrorsNameTheField) {
        "wire.gradients must be one of [fp32, bf16, fp16], got 'fp8'"},
       {"wire: {parameters: fp16}", "wire.parameters must be fp32 or bf16"},
       {"wire: {params: bf16}", "wire.params"},
+      {"wire: {topk: 1.5}", "wire.topk must be in (0, 1]"},
+      {"wire: {topk: -0.1}", "wire.topk must be in (0, 1]"},
+      {"wire: {topk: lots}", "wire.topk"},
       {"name: ''", "name must not be empty"},
   };
   for (const Case& c : cases) {

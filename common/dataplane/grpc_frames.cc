@@ -95,7 +95,8 @@ constexpr uint8_t Tag(int field, uint8_t wire_type) {
 }
 // Field numbers (parameter_server.proto).
 constexpr int kRequestHello = 1, kRequestPush = 2, kPushData = 6,
-              kPushRange = 8, kResponseParams = 1, kParamsData = 5;
+              kPushRange = 8, kPushIndices = 9, kResponseParams = 1,
+              kParamsData = 5;
 
 void PutVarint(uint64_t v, std::string* out) {
   while (v >= 0x80) {
@@ -314,6 +315,11 @@ bool ParsePush(SliceReader& r, size_t end, v1::Push* push, Payload* data) {
       return Length(r, end, &range_end) &&
              r.Copy(range_end - r.pos(), &bytes) &&
              push->mutable_range()->ParseFromString(bytes);
+    }
+    if (field == kPushIndices && wt == kLengthDelimited) {
+      size_t indices_end;
+      return Length(r, end, &indices_end) &&
+             r.Copy(indices_end - r.pos(), push->mutable_indices());
     }
     if (field >= 1 && field <= 7 && field != kPushData && wt == 0) {
       if (!r.Varint(&v)) return false;

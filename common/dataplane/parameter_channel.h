@@ -26,6 +26,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/dataplane/gradient_encoder.h"
 #include "common/dataplane/payload.h"
 #include "common/dataplane/row_channel.h"
 #include "common/tensor/layout.h"
@@ -76,6 +77,10 @@ struct ChannelOptions {
   // How gradients travel (the job's wire.gradients); the transport
   // encodes them. Parameters arrive in whatever encoding the shard sends.
   WireEncoding gradients = WireEncoding::kFp32;
+  // The worker's encoder (wire.gradients and wire.topk; it keeps the
+  // top-k residual across generations), not owned; null: the channel
+  // encodes dense chunks in `gradients` with one of its own.
+  GradientEncoder* encoder = nullptr;
   absl::Duration connect_timeout = absl::Seconds(30);
   // How long a broken connection is retried before the channel fails.
   absl::Duration reconnect_timeout = absl::Seconds(30);

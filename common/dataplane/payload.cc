@@ -271,4 +271,23 @@ uint8_t MaxExponent(const Payload& payload) {
   return top;
 }
 
+void ScatterAddScaled(const Payload& values, absl::string_view indices,
+                      float w, float* acc) {
+  const int width = ElementBytes(values.encoding());
+  const char* idx = indices.data();
+  values.ForEachRun([&](const char* run, int64_t first, int64_t n) {
+    float decoded[256];
+    for (int64_t done = 0; done < n;) {
+      const int64_t m = std::min<int64_t>(256, n - done);
+      DecodeRun(values.encoding(), run + done * width, m, decoded);
+      for (int64_t j = 0; j < m; ++j) {
+        uint32_t at;
+        std::memcpy(&at, idx + 4 * (first + done + j), sizeof(at));
+        acc[at] += w * decoded[j];
+      }
+      done += m;
+    }
+  });
+}
+
 }  // namespace fulcrum

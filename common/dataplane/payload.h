@@ -140,6 +140,13 @@ void Decode(const Payload& payload, float* dst);
 void AddScaled(const Payload& payload, float w, float* acc);
 uint8_t MaxExponent(const Payload& payload);
 
+// Sparse payloads (wire.topk): element j of `values` belongs at position
+// index[j] of the chunk, the indices uint32 little-endian in `indices`
+// (indices.size() / 4 == values.elements(), in range: the caller checks).
+// acc[index[j]] += w * decode(values[j]).
+void ScatterAddScaled(const Payload& values, absl::string_view indices,
+                      float w, float* acc);
+
 // One element (tests, and the rare slow path).
 uint16_t FloatToBf16(float f);
 float Bf16ToFloat(uint16_t h);

@@ -37,7 +37,10 @@ class ArrivalAggregator : public Aggregator {
                      p.tracker.Record(member, chunk, c.samples, c.largest));
     if (arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
     float* staged = a.staging.data() + member * p.meta.size;
-    if (c.samples > 0) Decode(c.data, staged + c.offset);
+    if (c.samples > 0) {
+      DecodeChunk(c, std::min(ctx_.chunk_elems, p.meta.size - c.offset),
+                  staged + c.offset);
+    }
     if (!p.tracker.Complete(member)) return PushOutcome::kPartial;
     if (c.samples > 0) {
       // The member's whole gradient is here: apply it now, weighted so that

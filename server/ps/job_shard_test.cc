@@ -160,6 +160,85 @@ TEST(ShardCoreTest, RejectsBadPushesWithoutChangingState) {
   for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f);
 }
 
+// Sparse pushes (wire.topk): only the listed elements of the chunk, the
+// others 0, weighed by samples like a dense push - in the sync barrier and
+// applied on arrival (async).
+std::string IndexBytes(const std::vector<uint32_t>& idx) {
+  return std::string(reinterpret_cast<const char*>(idx.data()), idx.size() * 4);
+}
+
+TEST(ShardCoreTest, SparsePushesAddOnlyTheirElements) {
+  for (const std::string mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    JobInit init = TinyJob({"a", "b"});
+    init.spec.mutable_consistency()->set_mode(mode);
+    init.spec.set_batch_size(2);
+    auto job = JobShard::Create(init);
+    ASSERT_TRUE(job.ok()) << job.status();
+    const std::vector<float> w0 = ReadAll(**job);
+    // a: 3 samples, elements 1 and 7 only; b: 1 sample, dense.
+    const std::vector<float> values = {2.0f, -4.0f};
+    const std::string idx = IndexBytes({1, 7});
+    PushChunk c = Chunk(0, values, 3);
+    c.indices = idx;
+    ASSERT_TRUE((*job)->Push(0, c).ok());
+    std::vector<float> gb(10, 1.0f);
+    ASSERT_TRUE(Completed((*job)->Push(1, Chunk(0, gb, 1))));
+    const std::vector<float> w1 = ReadAll(**job);
+    for (int i = 0; i < 10; ++i) {
+      const float ga = i == 1 ? 2.0f : i == 7 ? -4.0f : 0.0f;
+      // sync: lr 0.5 x (3 ga + 1) / 4; async: each on arrival, scaled by
+      // samples / (batch 2 x 2 members), lr 0.5.
+      const float want = mode == "sync"
+                             ? w0[i] - 0.5f * (3 * ga + 1) / 4
+                             : w0[i] - 0.5f * (3 * ga / 4) - 0.5f * (1.0f / 4);
+      EXPECT_FLOAT_EQ(w1[i], want) << i;
+    }
+  }
+}
+
+TEST(ShardCoreTest, RejectsBadSparsePushesWithoutChangingState) {
+  auto job = JobShard::Create(TinyJob({"a", "b"}));
+  ASSERT_TRUE(job.ok());
+  const std::vector<float> w0 = ReadAll(**job);
+  const std::vector<float> two = {1.0f, 1.0f};
+  struct Case {
+    std::string indices;
+    std::vector<float> values;
+    int64_t samples;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {IndexBytes({3, 3}), two, 1, "push.indices[1] = 3 must be above the one before (3)"},
+      {IndexBytes({5, 2}), two, 1, "push.indices[1] = 2 must be above"},
+      {IndexBytes({1, 10}), two, 1, "below the chunk's 10 elements"},
+      {IndexBytes({1, 2}).substr(0, 7), two, 1, "push.indices has 7 bytes"},
+      {IndexBytes({1, 2, 3}), two, 1, "push.data has 8 bytes, expected 12 for the 3 push.indices"},
+      {IndexBytes(std::vector<uint32_t>(11, 0)), std::vector<float>(11, 0.0f), 1,
+       "at most 10 elements"},
+      {IndexBytes({1}), {}, 0, "push.data and push.indices must be empty"},
+  };
+  for (const Case& k : cases) {
+    PushChunk c = Chunk(0, k.values, k.samples);
+    c.indices = k.indices;
+    const absl::Status s = (*job)->Push(0, c).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.message;
+    EXPECT_NE(s.message().find(k.message), std::string::npos) << s;
+  }
+  std::vector<float> nan = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  PushChunk c = Chunk(0, nan, 1);
+  const std::string idx = IndexBytes({0, 4});
+  c.indices = idx;
+  EXPECT_EQ((*job)->Push(0, c).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Nothing was accumulated: one valid step moves exactly one step.
+  const std::vector<float> g(10, 1.0f);
+  ASSERT_TRUE(Completed((*job)->Push(0, Chunk(0, g, 1))));
+  ASSERT_TRUE(Completed((*job)->Push(1, Chunk(0, g, 1))));
+  const std::vector<float> w1 = ReadAll(**job);
+  for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w1[i], w0[i] - 0.5f);
+}
+
 TEST(ShardCoreTest, StallInspectorNamesTheMissingWorkers) {
   testing::FaultInjectionEnv env;  // its clock moves only when told
   JobInit init = TinyJob({"a", "b", "c"});

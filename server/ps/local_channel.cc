@@ -11,7 +11,6 @@ struct LocalParameterChannel::Link : public ParamsWriter {
   LocalParameterChannel* channel = nullptr;
   int shard = 0;
   std::thread thread;
-  std::vector<char> encoded;  // a chunk in wire.gradients (not fp32)
   absl::Mutex mu;
   std::vector<QueuedPush> queue ABSL_GUARDED_BY(mu);
   bool closing ABSL_GUARDED_BY(mu) = false;
@@ -42,7 +41,14 @@ LocalParameterChannel::LocalParameterChannel(
       shards_(std::move(shards)),
       layout_(layout),
       params_(params),
-      arrivals_(layout) {}
+      arrivals_(layout),
+      own_encoder_(options_.encoder != nullptr
+                       ? nullptr
+                       : std::make_unique<GradientEncoder>(
+                             layout, options_.chunk_bytes / 4,
+                             options_.gradients)),
+      encoder_(options_.encoder != nullptr ? options_.encoder
+                                           : own_encoder_.get()) {}
 
 LocalParameterChannel::~LocalParameterChannel() {
   Cancel();
@@ -148,14 +154,12 @@ void LocalParameterChannel::Serve(Link* link) {
         c.partition = item.id;
         c.offset = offset;
         c.samples = item.samples;
-        const float* g = item.grads + p.offset + offset;
-        if (options_.gradients == WireEncoding::kFp32) {
-          c.data = Payload(g, n * sizeof(float));
-        } else {
-          link->encoded.resize(n * ElementBytes(options_.gradients));
-          EncodeRun(options_.gradients, g, n, link->encoded.data());
-          c.data = Payload(link->encoded.data(), link->encoded.size(),
-                           options_.gradients);
+        if (n > 0) {
+          const GradientEncoder::Chunk e =
+              encoder_->Encode(item.id, offset, n, item.grads, item.step,
+                               options_.generation);
+          c.data = Payload(e.data, e.bytes, encoder_->encoding());
+          c.indices = e.indices;
         }
         c.stop = item.stop;
         if (item.samples > 0)

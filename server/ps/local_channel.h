@@ -48,6 +48,9 @@ class LocalParameterChannel : public ParameterChannel {
   const ParameterLayout* const layout_;  // Not owned.
   float* const params_;                  // Not owned.
   Arrivals arrivals_;
+  // options_.encoder, or own_encoder_ (dense) when there is none.
+  std::unique_ptr<GradientEncoder> own_encoder_;
+  GradientEncoder* encoder_;
   std::vector<std::unique_ptr<Link>> links_;  // shards holding partitions
   std::vector<int> link_of_partition_;
 };

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
@@ -34,7 +35,57 @@ absl::Status CheckFinite(const Partition& p, const PushChunk& c,
                    p.id, " is not finite (", value, ")"));
 }
 
+// A sparse chunk: as many elements as indices, each index inside the
+// chunk and above the one before.
+absl::Status CheckIndices(const Partition& p, const PushChunk& c,
+                          int64_t length) {
+  const int width = ElementBytes(c.data.encoding());
+  const int64_t count = static_cast<int64_t>(c.indices.size() / 4);
+  if (c.indices.size() % 4 != 0 || count > length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.indices has ", c.indices.size(),
+        " bytes: want 4 per element sent, at most ", length,
+        " elements (partition ", p.id, " offset ", c.offset, ")"));
+  }
+  if (static_cast<int64_t>(c.data.bytes()) != count * width) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.data has ", c.data.bytes(), " bytes, expected ", count * width,
+        " for the ", count, " push.indices (", EncodingName(c.data.encoding()),
+        ")"));
+  }
+  int64_t last = -1;
+  for (int64_t j = 0; j < count; ++j) {
+    uint32_t at;
+    std::memcpy(&at, c.indices.data() + 4 * j, sizeof(at));
+    if (static_cast<int64_t>(at) <= last || at >= length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push.indices[", j, "] = ", at, " must be above the one before (",
+          last, ") and below the chunk's ", length, " elements (partition ",
+          p.id, " offset ", c.offset, ")"));
+    }
+    last = at;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+void AddChunk(const PushChunk& c, float w, float* acc) {
+  if (c.indices.empty()) {
+    AddScaled(c.data, w, acc);
+  } else {
+    ScatterAddScaled(c.data, c.indices, w, acc);
+  }
+}
+
+void DecodeChunk(const PushChunk& c, int64_t length, float* dst) {
+  if (c.indices.empty()) {
+    Decode(c.data, dst);
+    return;
+  }
+  std::fill(dst, dst + length, 0.0f);
+  ScatterAddScaled(c.data, c.indices, 1.0f, dst);
+}
 
 absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
                           const PushChunk& c, float* largest) {
@@ -53,9 +104,10 @@ absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
         c.range.chunk, " [", c.range.begin, ", ", c.range.end, ")"));
   }
   if (c.samples == 0) {
-    if (c.data.bytes() != 0 || c.offset != 0) {
+    if (c.data.bytes() != 0 || c.offset != 0 || !c.indices.empty()) {
       return absl::InvalidArgumentError(
-          "push.data must be empty and push.offset 0 when push.samples is 0");
+          "push.data and push.indices must be empty and push.offset 0 when "
+          "push.samples is 0");
     }
     return absl::OkStatus();
   }
@@ -64,8 +116,12 @@ absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
         "push.offset ", c.offset, " is not a chunk boundary of partition ",
         p.id, " (size ", p.size, ", chunk ", chunk_elems, " elements)"));
   }
-  const int64_t expected = std::min(chunk_elems, p.size - c.offset) *
-                           ElementBytes(c.data.encoding());
+  const int64_t length = std::min(chunk_elems, p.size - c.offset);
+  if (!c.indices.empty()) {
+    RETURN_IF_ERROR(CheckIndices(p, c, length));
+    return CheckFinite(p, c, largest);
+  }
+  const int64_t expected = length * ElementBytes(c.data.encoding());
   if (static_cast<int64_t>(c.data.bytes()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push.data has ", c.data.bytes(), " bytes, expected ", expected,

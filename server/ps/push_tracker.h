@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/dataplane/payload.h"
 #include "common/tensor/layout.h"
 #include "server/ps/data_ledger.h"
@@ -25,6 +26,10 @@ struct PushChunk {
   // The elements, in their wire encoding (push.encoding), in pieces that
   // are not owned (the message's slices, or the sender's buffer).
   Payload data;
+  // Sparse (wire.topk): the positions in the chunk of data's elements,
+  // uint32 little-endian, ascending; the chunk's other elements are 0.
+  // Empty: data is the whole chunk. Not owned either.
+  absl::string_view indices;
   bool stop = false;
   int64_t generation = 1;  // of the pushing stream
   DataRange range;         // chunk sharding: the samples behind it
@@ -54,6 +59,12 @@ inline constexpr int64_t kMaxPushSamples = int64_t{1} << 32;
 // member's push made a step's update non-finite.
 absl::Status ValidatePush(const Partition& partition, int64_t chunk_elems,
                           const PushChunk& c, float* largest = nullptr);
+
+// The chunk's elements: acc[i] += w * element i (a dense chunk's every
+// element, a sparse one's listed ones), acc pointing at the chunk's start.
+void AddChunk(const PushChunk& c, float w, float* acc);
+// dst = the chunk's `length` elements (a sparse chunk's others are 0).
+void DecodeChunk(const PushChunk& c, int64_t length, float* dst);
 
 // One partition's arrivals for the current step, per member.
 //

@@ -80,6 +80,7 @@ absl::Status FromFrame(const RequestFrame& frame, PushChunk* out) {
   out->offset = push.offset();
   out->samples = push.samples();
   out->data = frame.data;  // push.encoding's, checked by the parse
+  out->indices = push.indices();
   out->stop = push.stop();
   out->range = push.has_range() ? DataRange{push.range().chunk(),
                                             push.range().begin(),

@@ -94,8 +94,7 @@ class SyncAggregator : public Aggregator {
  private:
   void Accumulate(PartitionState::Barrier& b, const PushChunk& c) const {
     // Straight from the pieces the push arrived in.
-    AddScaled(c.data, static_cast<float>(c.samples),
-              b.accum.data() + c.offset);
+    AddChunk(c, static_cast<float>(c.samples), b.accum.data() + c.offset);
   }
 
   // Every member has pushed: apply the averaged gradient out of place, so

@@ -1,0 +1,104 @@
+// How a worker's gradient goes on the wire, chunk by chunk: in the job's
+// wire.gradients encoding (fp32 leaves from the gradient itself, no copy;
+// bf16/fp16 are narrowed into a buffer of the encoder's), and with
+// wire.topk sparsified with error feedback (Stich et al., "Sparsified SGD
+// with memory", 2018; Lin et al., "Deep Gradient Compression", 2018):
+//
+//   a = g + r              the chunk's gradient plus what earlier steps
+//                          left out (r: the residual, 0 at first)
+//   send the k largest |a_i| (k = max(1, round(topk * n))), with their
+//                          positions in the chunk, ascending
+//   r = a - what was sent  (decoded: bf16's rounding error carries too)
+//
+// so that every gradient element reaches the shards eventually, delayed
+// rather than dropped. The shard adds the k values into its accumulator
+// (sum of g_i n_i) where a dense push would add n values.
+//
+// A step's chunk is encoded once per generation: a channel that sends it
+// again (a reconnect) gets the same bytes, and the residual moves once. A
+// step sent in one generation and redone in the next (a membership change
+// undid it) starts again from the residual as it was before the step, so
+// an undone step leaves no trace in it. One encoder per worker, kept
+// across generations (WorkerSession owns it; each generation's channel
+// borrows it). A chunk whose values are not all finite is sent dense,
+// uncompressed (the shard refuses it and names the worker), and its
+// residual restarts at 0.
+//
+// Memory: with topk, two floats per model element (the residual and its
+// copy before the step) plus each chunk's last encoding (~topk x 8 bytes
+// per element); without, a buffer of the encoded gradient when it is not
+// fp32.
+//
+// Thread safety: Encode may run for different chunks on different threads
+// at once (each channel stream sends its own partitions); one chunk is
+// encoded by one thread at a time.
+#ifndef FULCRUM_COMMON_DATAPLANE_GRADIENT_ENCODER_H_
+#define FULCRUM_COMMON_DATAPLANE_GRADIENT_ENCODER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "common/dataplane/payload.h"
+#include "common/tensor/layout.h"
+
+namespace fulcrum {
+
+class GradientEncoder {
+ public:
+  // The chunks of `layout`'s partitions, cut every `chunk_elems` elements
+  // (ForEachChunk), sent in `encoding`; `topk` in (0, 1] sparsifies, 0
+  // sends them dense. `layout` is not owned and must outlive the encoder.
+  GradientEncoder(const ParameterLayout* layout, int64_t chunk_elems,
+                  WireEncoding encoding, double topk = 0);
+
+  WireEncoding encoding() const { return encoding_; }
+  bool sparse() const { return topk_ > 0; }
+  int64_t chunk_elems() const { return chunk_elems_; }
+
+  struct Chunk {
+    const char* data = nullptr;  // elements in encoding()
+    size_t bytes = 0;
+    // Sparse: the positions of data's elements in the chunk, uint32
+    // little-endian, ascending. Empty: data is the whole chunk.
+    absl::string_view indices;
+  };
+  // Chunk [offset, offset + n) of partition `partition` of the flat
+  // gradient `grads` (layout->total_size() floats), for `step` of
+  // `generation`. Valid until this chunk is encoded again.
+  Chunk Encode(int32_t partition, int64_t offset, int64_t n,
+               const float* grads, int64_t step, int64_t generation);
+
+  // The k of a chunk of n elements.
+  int64_t Kept(int64_t n) const;
+  // The residual (tests): layout->total_size() floats; empty when dense.
+  const std::vector<float>& residual() const { return residual_; }
+
+ private:
+  struct Sparse {
+    int64_t step = -1;
+    int64_t generation = -1;
+    std::vector<uint32_t> indices;
+    // Encoded; allocated once (gRPC may still reference the last bytes
+    // sent when the next step overwrites them, never freed memory).
+    std::vector<char> values;
+    std::vector<char> whole;  // sent whole (a non-finite value): allocated then
+    bool dense = false;
+  };
+  Chunk EncodeSparse(Sparse& s, int64_t begin, int64_t n, const float* g,
+                     int64_t step, int64_t generation);
+
+  const ParameterLayout* const layout_;
+  const int64_t chunk_elems_;
+  const WireEncoding encoding_;
+  const double topk_;
+  std::vector<char> encoded_;  // dense, not fp32: by flat element
+  // Sparse: per chunk (first_chunk_[partition] + offset / chunk_elems).
+  std::vector<int64_t> first_chunk_;
+  std::vector<Sparse> chunks_;
+  std::vector<float> residual_, before_;  // by flat element
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_COMMON_DATAPLANE_GRADIENT_ENCODER_H_

@@ -1,0 +1,157 @@
+#include "common/dataplane/gradient_encoder.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace fulcrum {
+namespace {
+
+// One partition of 17 elements: with chunks of 4, chunks of 4, 4, 4, 4
+// and 1 element.
+ParameterLayout Layout() {
+  return *ParameterLayout::ForTensors({{"t", {17}}}, 1, 1 << 20);
+}
+
+std::vector<uint32_t> Indices(const GradientEncoder::Chunk& c) {
+  std::vector<uint32_t> out(c.indices.size() / 4);
+  std::memcpy(out.data(), c.indices.data(), c.indices.size());
+  return out;
+}
+
+std::vector<float> Values(const GradientEncoder::Chunk& c, WireEncoding e) {
+  std::vector<float> out(c.bytes / ElementBytes(e));
+  DecodeRun(e, c.data, static_cast<int64_t>(out.size()), out.data());
+  return out;
+}
+
+TEST(GradientEncoderTest, DenseFp32LeavesFromTheGradientItself) {
+  const ParameterLayout layout = Layout();
+  GradientEncoder enc(&layout, 4, WireEncoding::kFp32);
+  std::vector<float> g(17, 1.5f);
+  const GradientEncoder::Chunk c = enc.Encode(0, 16, 1, g.data(), 0, 1);
+  EXPECT_EQ(c.data, reinterpret_cast<const char*>(g.data() + 16));
+  EXPECT_EQ(c.bytes, 4u);
+  EXPECT_TRUE(c.indices.empty());
+  EXPECT_TRUE(enc.residual().empty());
+
+  GradientEncoder bf16(&layout, 4, WireEncoding::kBf16);
+  const GradientEncoder::Chunk b = bf16.Encode(0, 8, 4, g.data(), 0, 1);
+  EXPECT_EQ(b.bytes, 8u);
+  EXPECT_EQ(Values(b, WireEncoding::kBf16), std::vector<float>(4, 1.5f));
+}
+
+// topk 0.5 of a chunk of 4: the two largest |a|, ascending positions; the
+// rest stays in the residual and is added to the next step's gradient.
+TEST(GradientEncoderTest, TopKSendsTheLargestAndCarriesTheRest) {
+  const ParameterLayout layout = Layout();
+  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.5);
+  std::vector<float> g(17, 0.0f);
+  g[0] = 0.1f, g[1] = -3.0f, g[2] = 0.2f, g[3] = 2.0f;
+  GradientEncoder::Chunk c = enc.Encode(0, 0, 4, g.data(), 0, 1);
+  EXPECT_EQ(Indices(c), (std::vector<uint32_t>{1, 3}));
+  EXPECT_EQ(Values(c, WireEncoding::kFp32), (std::vector<float>{-3.0f, 2.0f}));
+  EXPECT_FLOAT_EQ(enc.residual()[0], 0.1f);
+  EXPECT_FLOAT_EQ(enc.residual()[1], 0.0f);
+  EXPECT_FLOAT_EQ(enc.residual()[2], 0.2f);
+  // Next step: g + r = {0.15, 0.05, 0.25, 0.05}.
+  g[0] = 0.05f, g[1] = 0.05f, g[2] = 0.05f, g[3] = 0.05f;
+  c = enc.Encode(0, 0, 4, g.data(), 1, 1);
+  EXPECT_EQ(Indices(c), (std::vector<uint32_t>{0, 2}));
+  const std::vector<float> v = Values(c, WireEncoding::kFp32);
+  EXPECT_FLOAT_EQ(v[0], 0.15f);
+  EXPECT_FLOAT_EQ(v[1], 0.25f);
+  // At least one element of even the smallest chunk.
+  c = enc.Encode(0, 16, 1, g.data(), 0, 1);
+  EXPECT_EQ(Indices(c).size(), 1u);
+  GradientEncoder tiny(&layout, 4, WireEncoding::kFp32, 0.01);
+  EXPECT_EQ(Indices(tiny.Encode(0, 8, 4, g.data(), 0, 1)).size(), 1u);
+}
+
+// Nothing is lost: over many steps, what was sent plus what is left equals
+// the sum of the gradients, element by element (fp32 and bf16, whose
+// rounding error carries in the residual).
+TEST(GradientEncoderTest, SentPlusResidualIsTheSumOfTheGradients) {
+  const ParameterLayout layout = Layout();
+  for (WireEncoding e : {WireEncoding::kFp32, WireEncoding::kBf16}) {
+    GradientEncoder enc(&layout, 4, e, 0.3);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    std::vector<double> sum(17, 0.0), sent(17, 0.0);
+    std::vector<float> g(17);
+    for (int step = 0; step < 50; ++step) {
+      for (int i = 0; i < 17; ++i) sum[i] += g[i] = normal(rng);
+      for (int32_t p = 0; p < 1; ++p) {
+        const Partition& part = layout.partitions()[p];
+        for (int64_t off = 0; off < part.size; off += 4) {
+          const int64_t n = std::min<int64_t>(4, part.size - off);
+          const GradientEncoder::Chunk c =
+              enc.Encode(p, off, n, g.data(), step, 1);
+          const std::vector<uint32_t> idx = Indices(c);
+          const std::vector<float> v = Values(c, e);
+          ASSERT_EQ(idx.size(), v.size());
+          ASSERT_EQ(static_cast<int64_t>(idx.size()),
+                    std::llround(0.3 * n) < 1 ? 1 : std::llround(0.3 * n));
+          for (size_t j = 0; j < idx.size(); ++j) {
+            ASSERT_LT(idx[j], n);
+            if (j > 0) ASSERT_GT(idx[j], idx[j - 1]);
+            sent[part.offset + off + idx[j]] += v[j];
+          }
+        }
+      }
+    }
+    for (int i = 0; i < 17; ++i) {
+      EXPECT_NEAR(sent[i] + enc.residual()[i], sum[i], 1e-4)
+          << EncodingName(e) << " element " << i;
+    }
+  }
+}
+
+// A channel that sends a chunk again (a reconnect) gets the same bytes and
+// the residual moves once; a step redone in a newer generation starts from
+// the residual as it was before the step, as if the first attempt had
+// never been.
+TEST(GradientEncoderTest, ResendsRepeatAndRedoneStepsStartOver) {
+  const ParameterLayout layout = Layout();
+  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.25);
+  GradientEncoder reference(&layout, 4, WireEncoding::kFp32, 0.25);
+  std::vector<float> g0 = {1, 2, 3, 4}, g1 = {4, 3, 2, 1}, g1b = {0, 9, 1, 1};
+  g0.resize(17), g1.resize(17), g1b.resize(17);
+  enc.Encode(0, 0, 4, g0.data(), 0, 1);
+  reference.Encode(0, 0, 4, g0.data(), 0, 1);
+  const GradientEncoder::Chunk first = enc.Encode(0, 0, 4, g1.data(), 1, 1);
+  const std::vector<float> r = enc.residual();
+  const GradientEncoder::Chunk again = enc.Encode(0, 0, 4, g1.data(), 1, 1);
+  EXPECT_EQ(again.data, first.data);
+  EXPECT_EQ(Indices(again), Indices(first));
+  EXPECT_EQ(enc.residual(), r) << "a resend moves nothing";
+  // Generation 2 redoes step 1 with another gradient.
+  const GradientEncoder::Chunk redo = enc.Encode(0, 0, 4, g1b.data(), 1, 2);
+  const GradientEncoder::Chunk want = reference.Encode(0, 0, 4, g1b.data(), 1, 2);
+  EXPECT_EQ(Indices(redo), Indices(want));
+  EXPECT_EQ(Values(redo, WireEncoding::kFp32), Values(want, WireEncoding::kFp32));
+  EXPECT_EQ(enc.residual(), reference.residual());
+}
+
+// Ties at the threshold: the first in order; a chunk holding a NaN or an
+// infinity goes whole (the shard refuses it) and its residual restarts.
+TEST(GradientEncoderTest, TiesTakeTheFirstAndNonFiniteChunksGoWhole) {
+  const ParameterLayout layout = Layout();
+  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.5);
+  std::vector<float> g(17, 1.0f);
+  EXPECT_EQ(Indices(enc.Encode(0, 0, 4, g.data(), 0, 1)),
+            (std::vector<uint32_t>{0, 1}));
+  g[5] = std::numeric_limits<float>::quiet_NaN();
+  const GradientEncoder::Chunk c = enc.Encode(0, 4, 4, g.data(), 0, 1);
+  EXPECT_TRUE(c.indices.empty());
+  EXPECT_EQ(c.bytes, 16u);
+  EXPECT_TRUE(std::isnan(Values(c, WireEncoding::kFp32)[1]));
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(enc.residual()[i], 0.0f);
+}
+
+}  // namespace
+}  // namespace fulcrum
