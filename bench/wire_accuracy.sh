@@ -8,8 +8,10 @@
 #   bench/wire_accuracy.sh [--runs 3] [--target 0.88] [--workers 2]
 #       [--shards 2] [--wires "fp32/fp32 bf16/fp32 fp16/fp32 bf16/bf16"]
 #
-# A wire is GRADIENTS/PARAMETERS[/TOPK] (wire.gradients / wire.parameters
-# / wire.topk, e.g. fp32/fp32/0.01: top-k at 1% with error feedback).
+# A wire is GRADIENTS/PARAMETERS[/TOPK[/WARMUP]] (wire.gradients /
+# wire.parameters / wire.topk / wire.topk_warmup_steps, e.g. fp32/fp32/0.01:
+# top-k at 1% with error feedback; fp32/fp32/0.01/500: warmed up over 500
+# steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=3 target=0.88 workers=2 shards=2
@@ -37,10 +39,10 @@ for r in $(seq "$runs"); do
   for wire in $wires; do
     cluster_job_yaml "$run/job.yaml" 20000 "$workers" "$shards"
     sed -i 's/^eval_every_steps: .*/eval_every_steps: 100/' "$run/job.yaml"
-    IFS=/ read -r grads params topk <<< "$wire"
+    IFS=/ read -r grads params topk warmup <<< "$wire"
     cat >> "$run/job.yaml" <<YAML
 target_accuracy: $target
-wire: {gradients: $grads, parameters: $params${topk:+, topk: $topk}}
+wire: {gradients: $grads, parameters: $params${topk:+, topk: $topk}${warmup:+, topk_warmup_steps: $warmup}}
 YAML
     id=$(ctl submit "$run/job.yaml")
     ctl status "$id" --watch >/dev/null

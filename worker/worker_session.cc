@@ -33,7 +33,8 @@ WorkerSession::WorkerSession(Options options, Assignment first,
                      .value_or(WireEncoding::kFp32)),
       encoder_(std::make_unique<GradientEncoder>(
           layout, assignment_.spec.chunk_bytes() / 4, gradients_,
-          assignment_.spec.wire().topk())) {}
+          assignment_.spec.wire().topk(),
+          assignment_.spec.wire().topk_warmup_steps())) {}
 
 WorkerSession::~WorkerSession() {
   if (channel_ != nullptr) {

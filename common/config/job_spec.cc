@@ -156,6 +156,9 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"parameters",
        encoding([wi](v1::Encoding e) { wi->set_parameters(e); })},
       {"topk", Scalar<double>("a number", [wi](double v) { wi->set_topk(v); })},
+      {"topk_warmup_steps",
+       Scalar<int64_t>("an integer",
+                       [wi](int64_t v) { wi->set_topk_warmup_steps(v); })},
   };
   const std::map<std::string, Handler> workers = {
       {"min", Scalar<int>("an integer", [w](int v) { w->set_min(v); })},
@@ -647,6 +650,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                absl::StrCat("must be in (0, 1] (the fraction of each chunk's "
                             "elements sent; 0: dense)",
                             got(spec.wire().topk())));
+  }
+  if (spec.wire().topk_warmup_steps() < 0) {
+    return Bad("wire.topk_warmup_steps",
+               absl::StrCat("must be >= 0",
+                            got(spec.wire().topk_warmup_steps())));
   }
   RETURN_IF_ERROR(ValidateEmbeddingTables(spec));
   if (spec.model().type() == "embedding_mlp") {

@@ -65,9 +65,11 @@ TEST(JobSpecTest, WireEncodings) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->wire().gradients(), v1::ENCODING_FP16);
   EXPECT_EQ(spec->encoding(), v1::ENCODING_UNSPECIFIED);
-  spec = ParseJobSpec(std::string(kValid) + "wire: {topk: 0.01}\n");
+  spec = ParseJobSpec(std::string(kValid) +
+                      "wire: {topk: 0.01, topk_warmup_steps: 500}\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_DOUBLE_EQ(spec->wire().topk(), 0.01);
+  EXPECT_EQ(spec->wire().topk_warmup_steps(), 500);
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
 }
 
@@ -216,6 +218,8 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"wire: {topk: 1.5}", "wire.topk must be in (0, 1]"},
       {"wire: {topk: -0.1}", "wire.topk must be in (0, 1]"},
       {"wire: {topk: lots}", "wire.topk"},
+      {"wire: {topk: 0.01, topk_warmup_steps: -1}",
+       "wire.topk_warmup_steps must be >= 0, got -1"},
       {"name: ''", "name must not be empty"},
   };
   for (const Case& c : cases) {

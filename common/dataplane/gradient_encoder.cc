@@ -4,15 +4,18 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/dataplane/topk.h"
+
 namespace fulcrum {
 
 GradientEncoder::GradientEncoder(const ParameterLayout* layout,
                                  int64_t chunk_elems, WireEncoding encoding,
-                                 double topk)
+                                 double topk, int64_t warmup_steps)
     : layout_(layout),
       chunk_elems_(std::max<int64_t>(1, chunk_elems)),
       encoding_(encoding),
-      topk_(topk) {
+      topk_(topk),
+      warmup_steps_(std::max<int64_t>(0, warmup_steps)) {
   const int64_t total = layout_->total_size();
   if (!sparse()) {
     if (encoding_ != WireEncoding::kFp32)
@@ -22,7 +25,9 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
   for (const Partition& p : layout_->partitions()) {
     first_chunk_.push_back(static_cast<int64_t>(chunks_.size()));
     for (int64_t at = 0; at < p.size; at += chunk_elems_) {
-      const int64_t k = Kept(std::min(chunk_elems_, p.size - at));
+      // The most a step keeps (all of it, while warming up).
+      const int64_t n = std::min(chunk_elems_, p.size - at);
+      const int64_t k = warmup_steps_ > 0 ? n : Kept(n, 0);
       chunks_.emplace_back();
       chunks_.back().indices.reserve(k);
       chunks_.back().values.resize(k * ElementBytes(encoding_));
@@ -32,8 +37,12 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
   before_.assign(total, 0.0f);
 }
 
-int64_t GradientEncoder::Kept(int64_t n) const {
-  return std::clamp<int64_t>(std::llround(topk_ * n), 1, n);
+int64_t GradientEncoder::Kept(int64_t n, int64_t step) const {
+  double fraction = topk_;
+  if (step < warmup_steps_) {
+    fraction = std::pow(topk_, static_cast<double>(step) / warmup_steps_);
+  }
+  return std::clamp<int64_t>(std::llround(fraction * n), 1, n);
 }
 
 GradientEncoder::Chunk GradientEncoder::Encode(int32_t partition,
@@ -77,14 +86,11 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t begin,
   }
   s.step = step;
   s.generation = generation;
-  // a = g + r, in place; |a| into a scratch for the selection.
-  thread_local std::vector<float> magnitude;
-  magnitude.resize(n);
+  // a = g + r, in place.
   bool finite = true;
   for (int64_t i = 0; i < n; ++i) {
     r[i] += g[i];
-    magnitude[i] = std::fabs(r[i]);
-    finite &= magnitude[i] <= 3.4028235e38f;  // false for NaN and infinity
+    finite &= std::fabs(r[i]) <= 3.4028235e38f;  // false for NaN, infinity
   }
   if (!finite) {  // sent whole: the shard refuses it and names the worker
     s.dense = true;
@@ -94,26 +100,10 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t begin,
     return done();
   }
   s.dense = false;
-  const int64_t k = Kept(n);
-  // The k-th largest magnitude; the k largest are those above it and, of
-  // the ties at it, the first in order.
-  std::nth_element(magnitude.begin(), magnitude.begin() + (n - k),
-                   magnitude.end());
-  const float threshold = magnitude[n - k];
-  int64_t ties = k;  // k less those above (all placed after n - k)
-  for (int64_t j = n - k + 1; j < n; ++j) ties -= magnitude[j] > threshold;
-  s.indices.clear();
-  s.indices.reserve(k);
+  TopKPositions(r, n, Kept(n, step), &s.indices);
   thread_local std::vector<float> picked, sent;
-  picked.clear();
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(r[i]);
-    if (a > threshold || (a == threshold && ties > 0)) {
-      if (a == threshold) --ties;
-      s.indices.push_back(static_cast<uint32_t>(i));
-      picked.push_back(r[i]);
-    }
-  }
+  picked.resize(s.indices.size());
+  for (size_t j = 0; j < s.indices.size(); ++j) picked[j] = r[s.indices[j]];
   EncodeRun(encoding_, picked.data(), static_cast<int64_t>(picked.size()),
             s.values.data());
   // What was sent leaves the residual; bf16's rounding error stays in it.

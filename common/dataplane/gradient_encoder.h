@@ -49,8 +49,12 @@ class GradientEncoder {
   // The chunks of `layout`'s partitions, cut every `chunk_elems` elements
   // (ForEachChunk), sent in `encoding`; `topk` in (0, 1] sparsifies, 0
   // sends them dense. `layout` is not owned and must outlive the encoder.
+  // With `warmup_steps` > 0 the fraction kept starts at 1 and falls
+  // geometrically to `topk` over that many steps (topk^(step / warmup):
+  // Deep Gradient Compression's sparsity warm-up).
   GradientEncoder(const ParameterLayout* layout, int64_t chunk_elems,
-                  WireEncoding encoding, double topk = 0);
+                  WireEncoding encoding, double topk = 0,
+                  int64_t warmup_steps = 0);
 
   WireEncoding encoding() const { return encoding_; }
   bool sparse() const { return topk_ > 0; }
@@ -69,8 +73,8 @@ class GradientEncoder {
   Chunk Encode(int32_t partition, int64_t offset, int64_t n,
                const float* grads, int64_t step, int64_t generation);
 
-  // The k of a chunk of n elements.
-  int64_t Kept(int64_t n) const;
+  // The k of a chunk of n elements at `step`.
+  int64_t Kept(int64_t n, int64_t step) const;
   // The residual (tests): layout->total_size() floats; empty when dense.
   const std::vector<float>& residual() const { return residual_; }
 
@@ -92,6 +96,7 @@ class GradientEncoder {
   const int64_t chunk_elems_;
   const WireEncoding encoding_;
   const double topk_;
+  const int64_t warmup_steps_;
   std::vector<char> encoded_;  // dense, not fp32: by flat element
   // Sparse: per chunk (first_chunk_[partition] + offset / chunk_elems).
   std::vector<int64_t> first_chunk_;

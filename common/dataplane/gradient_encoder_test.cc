@@ -72,6 +72,20 @@ TEST(GradientEncoderTest, TopKSendsTheLargestAndCarriesTheRest) {
   EXPECT_EQ(Indices(tiny.Encode(0, 8, 4, g.data(), 0, 1)).size(), 1u);
 }
 
+// Warm-up: all of it at step 0, topk^(step / warmup) in between, topk
+// from the warm-up's end on.
+TEST(GradientEncoderTest, WarmUpKeepsAFallingFraction) {
+  const ParameterLayout layout =
+      *ParameterLayout::ForTensors({{"t", {1000}}}, 1, 1 << 20);
+  GradientEncoder enc(&layout, 1000, WireEncoding::kFp32, 0.01, 100);
+  std::vector<float> g(1000);
+  for (int i = 0; i < 1000; ++i) g[i] = static_cast<float>(i % 17) - 8.5f;
+  EXPECT_EQ(Indices(enc.Encode(0, 0, 1000, g.data(), 0, 1)).size(), 1000u);
+  EXPECT_EQ(Indices(enc.Encode(0, 0, 1000, g.data(), 50, 1)).size(), 100u);
+  EXPECT_EQ(Indices(enc.Encode(0, 0, 1000, g.data(), 100, 1)).size(), 10u);
+  EXPECT_EQ(Indices(enc.Encode(0, 0, 1000, g.data(), 5000, 1)).size(), 10u);
+}
+
 // Nothing is lost: over many steps, what was sent plus what is left equals
 // the sum of the gradients, element by element (fp32 and bf16, whose
 // rounding error carries in the residual).
