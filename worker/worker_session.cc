@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/job_spec.h"
 #include "common/status/status_macros.h"
 
 namespace fulcrum {
@@ -34,7 +35,10 @@ WorkerSession::WorkerSession(Options options, Assignment first,
       encoder_(std::make_unique<GradientEncoder>(
           layout, assignment_.spec.chunk_bytes() / 4, gradients_,
           assignment_.spec.wire().topk(),
-          assignment_.spec.wire().topk_warmup_steps())) {}
+          assignment_.spec.wire().topk_warmup_steps(),
+          MomentumOnWorkers(assignment_.spec)
+              ? static_cast<float>(assignment_.spec.optimizer().momentum())
+              : 0.0f)) {}
 
 WorkerSession::~WorkerSession() {
   if (channel_ != nullptr) {

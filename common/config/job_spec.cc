@@ -156,6 +156,9 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"parameters",
        encoding([wi](v1::Encoding e) { wi->set_parameters(e); })},
       {"topk", Scalar<double>("a number", [wi](double v) { wi->set_topk(v); })},
+      {"momentum_correction",
+       Scalar<bool>("true or false",
+                    [wi](bool v) { wi->set_momentum_correction(v); })},
       {"topk_warmup_steps",
        Scalar<int64_t>("an integer",
                        [wi](int64_t v) { wi->set_topk_warmup_steps(v); })},
@@ -679,6 +682,13 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     }
   }
   return absl::OkStatus();
+}
+
+bool MomentumOnWorkers(const v1::JobSpec& spec) {
+  return spec.wire().topk() > 0 && spec.optimizer().type() == "momentum" &&
+         spec.optimizer().momentum() > 0 &&
+         (!spec.wire().has_momentum_correction() ||
+          spec.wire().momentum_correction());
 }
 
 }  // namespace fulcrum

@@ -33,6 +33,11 @@ void ApplyDefaults(v1::JobSpec* spec);
 
 // OK, or INVALID_ARGUMENT naming the first bad field. Call after ApplyDefaults.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// Whether the job's momentum runs on the workers (wire.topk with optimizer
+// momentum and wire.momentum_correction not false): the shards then apply
+// plain SGD to what arrives (docs/job-spec.md, wire).
+bool MomentumOnWorkers(const v1::JobSpec& spec);
 // The model part alone (an external model's tensors, as declared).
 absl::Status ValidateModelSpec(const v1::ModelSpec& model);
 

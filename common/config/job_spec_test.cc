@@ -70,6 +70,14 @@ TEST(JobSpecTest, WireEncodings) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_DOUBLE_EQ(spec->wire().topk(), 0.01);
   EXPECT_EQ(spec->wire().topk_warmup_steps(), 500);
+  // kValid's optimizer is momentum: with topk it runs on the workers,
+  // unless the job says otherwise.
+  EXPECT_TRUE(MomentumOnWorkers(*spec));
+  spec->mutable_wire()->set_momentum_correction(false);
+  EXPECT_FALSE(MomentumOnWorkers(*spec));
+  spec->mutable_wire()->clear_momentum_correction();
+  spec->mutable_wire()->set_topk(0);
+  EXPECT_FALSE(MomentumOnWorkers(*spec));
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
 }
 

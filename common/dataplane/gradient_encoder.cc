@@ -10,12 +10,14 @@ namespace fulcrum {
 
 GradientEncoder::GradientEncoder(const ParameterLayout* layout,
                                  int64_t chunk_elems, WireEncoding encoding,
-                                 double topk, int64_t warmup_steps)
+                                 double topk, int64_t warmup_steps,
+                                 float momentum)
     : layout_(layout),
       chunk_elems_(std::max<int64_t>(1, chunk_elems)),
       encoding_(encoding),
       topk_(topk),
-      warmup_steps_(std::max<int64_t>(0, warmup_steps)) {
+      warmup_steps_(std::max<int64_t>(0, warmup_steps)),
+      momentum_(topk > 0 ? momentum : 0.0f) {
   const int64_t total = layout_->total_size();
   if (!sparse()) {
     if (encoding_ != WireEncoding::kFp32)
@@ -35,6 +37,10 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
   }
   residual_.assign(total, 0.0f);
   before_.assign(total, 0.0f);
+  if (momentum_ > 0) {
+    velocity_.assign(total, 0.0f);
+    velocity_before_.assign(total, 0.0f);
+  }
 }
 
 int64_t GradientEncoder::Kept(int64_t n, int64_t step) const {
@@ -79,24 +85,37 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t begin,
   if (s.step == step && s.generation == generation) return done();  // again
   float* r = residual_.data() + begin;
   float* before = before_.data() + begin;
-  if (s.step == step) {
-    std::memcpy(r, before, sizeof(float) * n);  // redone: as before the step
+  float* u = momentum_ > 0 ? velocity_.data() + begin : nullptr;
+  float* u_before = momentum_ > 0 ? velocity_before_.data() + begin : nullptr;
+  if (s.step == step) {  // redone: as before the step
+    std::memcpy(r, before, sizeof(float) * n);
+    if (u != nullptr) std::memcpy(u, u_before, sizeof(float) * n);
   } else {
     std::memcpy(before, r, sizeof(float) * n);
+    if (u != nullptr) std::memcpy(u_before, u, sizeof(float) * n);
   }
   s.step = step;
   s.generation = generation;
-  // a = g + r, in place.
+  // a = g + r (with momentum: u = momentum u + g, a = u + r), in place.
   bool finite = true;
-  for (int64_t i = 0; i < n; ++i) {
-    r[i] += g[i];
-    finite &= std::fabs(r[i]) <= 3.4028235e38f;  // false for NaN, infinity
+  if (u == nullptr) {
+    for (int64_t i = 0; i < n; ++i) {
+      r[i] += g[i];
+      finite &= std::fabs(r[i]) <= 3.4028235e38f;  // false for NaN, infinity
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      u[i] = momentum_ * u[i] + g[i];
+      r[i] += u[i];
+      finite &= std::fabs(r[i]) <= 3.4028235e38f;
+    }
   }
   if (!finite) {  // sent whole: the shard refuses it and names the worker
     s.dense = true;
     s.whole.resize(static_cast<size_t>(n) * width);
     EncodeRun(encoding_, r, n, s.whole.data());
     std::fill(r, r + n, 0.0f);
+    if (u != nullptr) std::fill(u, u + n, 0.0f);
     return done();
   }
   s.dense = false;
@@ -111,6 +130,9 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t begin,
   DecodeRun(encoding_, s.values.data(), static_cast<int64_t>(picked.size()),
             sent.data());
   for (size_t j = 0; j < picked.size(); ++j) r[s.indices[j]] -= sent[j];
+  if (u != nullptr) {  // momentum factor masking
+    for (const uint32_t i : s.indices) u[i] = 0.0f;
+  }
   return done();
 }
 

@@ -25,7 +25,7 @@
 // residual restarts at 0.
 //
 // Memory: with topk, two floats per model element (the residual and its
-// copy before the step) plus each chunk's last encoding (~topk x 8 bytes
+// copy before the step; two more with momentum correction) plus each chunk's last encoding (~topk x 8 bytes
 // per element); without, a buffer of the encoded gradient when it is not
 // fp32.
 //
@@ -51,10 +51,17 @@ class GradientEncoder {
   // sends them dense. `layout` is not owned and must outlive the encoder.
   // With `warmup_steps` > 0 the fraction kept starts at 1 and falls
   // geometrically to `topk` over that many steps (topk^(step / warmup):
-  // Deep Gradient Compression's sparsity warm-up).
+  // Deep Gradient Compression's sparsity warm-up). With `momentum` > 0
+  // (sparse only) the momentum is the worker's (DGC's momentum
+  // correction): u = momentum u + g, then a = u + r as above, and the
+  // positions sent restart at 0 in u as in r (momentum factor masking:
+  // measured here, 1.2-1.4x dense's steps to 0.88 at 1% against 1.4-1.8x
+  // without it); the shards then apply plain SGD to the sum
+  // (MomentumOnWorkers). With masking, keeping everything (topk 1) is
+  // plain SGD, not momentum SGD: the masking is meant for sparse wires.
   GradientEncoder(const ParameterLayout* layout, int64_t chunk_elems,
                   WireEncoding encoding, double topk = 0,
-                  int64_t warmup_steps = 0);
+                  int64_t warmup_steps = 0, float momentum = 0.0f);
 
   WireEncoding encoding() const { return encoding_; }
   bool sparse() const { return topk_ > 0; }
@@ -97,11 +104,13 @@ class GradientEncoder {
   const WireEncoding encoding_;
   const double topk_;
   const int64_t warmup_steps_;
+  const float momentum_;
   std::vector<char> encoded_;  // dense, not fp32: by flat element
   // Sparse: per chunk (first_chunk_[partition] + offset / chunk_elems).
   std::vector<int64_t> first_chunk_;
   std::vector<Sparse> chunks_;
   std::vector<float> residual_, before_;  // by flat element
+  std::vector<float> velocity_, velocity_before_;  // momentum > 0
 };
 
 }  // namespace fulcrum

@@ -86,6 +86,31 @@ TEST(GradientEncoderTest, WarmUpKeepsAFallingFraction) {
   EXPECT_EQ(Indices(enc.Encode(0, 0, 1000, g.data(), 5000, 1)).size(), 10u);
 }
 
+// Momentum correction: u = 0.5 u + g, a = u + r; what is sent restarts
+// at 0 in both u and r.
+TEST(GradientEncoderTest, MomentumCorrectionKeepsTheVelocityOnTheWorker) {
+  const ParameterLayout layout = Layout();
+  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.25, 0, 0.5f);
+  std::vector<float> g(17, 0.0f);
+  g[0] = 1.0f, g[1] = 4.0f;
+  GradientEncoder::Chunk c = enc.Encode(0, 0, 4, g.data(), 0, 1);
+  EXPECT_EQ(Indices(c), (std::vector<uint32_t>{1}));
+  EXPECT_EQ(Values(c, WireEncoding::kFp32), (std::vector<float>{4.0f}));
+  EXPECT_FLOAT_EQ(enc.residual()[0], 1.0f);  // u0 = 1, kept
+  // Step 1, g = {1, 0}: u0 = 0.5 + 1 = 1.5, a0 = 1.5 + 1 = 2.5; u1 was
+  // masked to 0, so a1 = 0.
+  g[1] = 0.0f;
+  c = enc.Encode(0, 0, 4, g.data(), 1, 1);
+  EXPECT_EQ(Indices(c), (std::vector<uint32_t>{0}));
+  EXPECT_EQ(Values(c, WireEncoding::kFp32), (std::vector<float>{2.5f}));
+  EXPECT_FLOAT_EQ(enc.residual()[0], 0.0f);
+  EXPECT_FLOAT_EQ(enc.residual()[1], 0.0f);
+  // Step 2, g = 0: the velocity of 0 was masked too: nothing left.
+  g[0] = 0.0f;
+  c = enc.Encode(0, 0, 4, g.data(), 2, 1);
+  EXPECT_EQ(Values(c, WireEncoding::kFp32), (std::vector<float>{0.0f}));
+}
+
 // Nothing is lost: over many steps, what was sent plus what is left equals
 // the sum of the gradients, element by element (fp32 and bf16, whose
 // rounding error carries in the residual).

@@ -41,6 +41,17 @@ JobShard::Mode ModeOf(const v1::ConsistencySpec& c) {
   return JobShard::Mode::kSync;
 }
 
+// The optimizer the shards run: the job's, but plain SGD when the workers
+// apply the momentum (sparsified gradients with momentum correction).
+OptimizerConfig ShardOptimizer(const v1::JobSpec& spec) {
+  OptimizerConfig c = OptimizerConfig::FromSpec(spec.optimizer());
+  if (MomentumOnWorkers(spec)) {
+    c.type = OptimizerConfig::Type::kSgd;
+    c.momentum = 0.0f;
+  }
+  return c;
+}
+
 absl::Status CheckInit(const JobInit& init) {
   if (init.job_id.empty())
     return absl::InvalidArgumentError("job_id must not be empty");
@@ -68,7 +79,7 @@ absl::Status CheckInit(const JobInit& init) {
 JobShard::JobShard(JobInit init, ParameterLayout layout)
     : init_(std::move(init)),
       layout_(std::move(layout)),
-      optimizer_(OptimizerConfig::FromSpec(init_.spec.optimizer())),
+      optimizer_(ShardOptimizer(init_.spec)),
       chunk_elems_(init_.spec.chunk_bytes() / 4),
       mode_(ModeOf(init_.spec.consistency())),
       generation_(init_.generation),

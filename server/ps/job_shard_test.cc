@@ -197,6 +197,28 @@ TEST(ShardCoreTest, SparsePushesAddOnlyTheirElements) {
   }
 }
 
+// wire.topk with optimizer momentum: the workers apply the momentum
+// (MomentumOnWorkers), so the shard steps plain SGD; without top-k, or
+// with momentum_correction false, the shard keeps the momentum.
+TEST(ShardCoreTest, MomentumRunsOnTheWorkersWithTopK) {
+  for (const bool corrected : {true, false}) {
+    SCOPED_TRACE(corrected ? "corrected" : "not corrected");
+    JobInit init = TinyJob({"a"}, "momentum");  // lr 0.5, momentum 0.9
+    init.spec.mutable_wire()->set_topk(0.5);
+    init.spec.mutable_wire()->set_momentum_correction(corrected);
+    auto job = JobShard::Create(init);
+    ASSERT_TRUE(job.ok()) << job.status();
+    const std::vector<float> w0 = ReadAll(**job);
+    const std::vector<float> g(10, 1.0f);
+    ASSERT_TRUE(Completed((*job)->Push(0, Chunk(0, g, 1))));
+    ASSERT_TRUE(Completed((*job)->Push(0, Chunk(1, g, 1))));
+    const std::vector<float> w2 = ReadAll(**job);
+    // SGD: two steps of 0.5; momentum: 0.5 then 0.5 x 1.9.
+    const float moved = corrected ? 1.0f : 1.45f;
+    for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(w2[i], w0[i] - moved) << i;
+  }
+}
+
 TEST(ShardCoreTest, RejectsBadSparsePushesWithoutChangingState) {
   auto job = JobShard::Create(TinyJob({"a", "b"}));
   ASSERT_TRUE(job.ok());
