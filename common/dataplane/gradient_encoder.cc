@@ -35,11 +35,9 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
       chunks_.back().values.resize(k * ElementBytes(encoding_));
     }
   }
-  residual_.assign(total, 0.0f);
-  before_.assign(total, 0.0f);
-  if (momentum_ > 0) {
-    velocity_.assign(total, 0.0f);
-    velocity_before_.assign(total, 0.0f);
+  for (int b = 0; b < 2; ++b) {
+    residual_[b].assign(total, 0.0f);
+    if (momentum_ > 0) velocity_[b].assign(total, 0.0f);
   }
 }
 
@@ -49,6 +47,22 @@ int64_t GradientEncoder::Kept(int64_t n, int64_t step) const {
     fraction = std::pow(topk_, static_cast<double>(step) / warmup_steps_);
   }
   return std::clamp<int64_t>(std::llround(fraction * n), 1, n);
+}
+
+std::vector<float> GradientEncoder::residual() const {
+  std::vector<float> out;
+  if (!sparse()) return out;
+  out.resize(residual_[0].size());
+  for (size_t p = 0; p < layout_->partitions().size(); ++p) {
+    const Partition& part = layout_->partitions()[p];
+    for (int64_t at = 0; at < part.size; at += chunk_elems_) {
+      const Sparse& s = chunks_[first_chunk_[p] + at / chunk_elems_];
+      const int64_t n = std::min(chunk_elems_, part.size - at);
+      std::copy_n(residual_[s.cur].data() + part.offset + at, n,
+                  out.data() + part.offset + at);
+    }
+  }
+  return out;
 }
 
 GradientEncoder::Chunk GradientEncoder::Encode(int32_t partition,
@@ -83,34 +97,38 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t begin,
                               s.indices.size() * sizeof(uint32_t))};
   };
   if (s.step == step && s.generation == generation) return done();  // again
-  float* r = residual_.data() + begin;
-  float* before = before_.data() + begin;
-  float* u = momentum_ > 0 ? velocity_.data() + begin : nullptr;
-  float* u_before = momentum_ > 0 ? velocity_before_.data() + begin : nullptr;
-  if (s.step == step) {  // redone: as before the step
-    std::memcpy(r, before, sizeof(float) * n);
-    if (u != nullptr) std::memcpy(u, u_before, sizeof(float) * n);
-  } else {
-    std::memcpy(before, r, sizeof(float) * n);
-    if (u != nullptr) std::memcpy(u_before, u, sizeof(float) * n);
-  }
+  // This step reads the state before it and writes the other buffer: a
+  // new step the newest state, a redone one (same step, newer generation)
+  // the state the first attempt started from.
+  const bool redo = s.step == step;
+  const int from = redo ? 1 - s.cur : s.cur;
+  const int to = 1 - from;
+  s.cur = to;
   s.step = step;
   s.generation = generation;
-  // a = g + r (with momentum: u = momentum u + g, a = u + r), in place.
-  bool finite = true;
-  if (u == nullptr) {
+  const float* r0 = residual_[from].data() + begin;
+  float* r = residual_[to].data() + begin;
+  float* u = nullptr;
+  // a = r + g (with momentum: u = momentum u + g, a = r + u) into r.
+  if (momentum_ > 0) {
+    const float* u0 = velocity_[from].data() + begin;
+    u = velocity_[to].data() + begin;
     for (int64_t i = 0; i < n; ++i) {
-      r[i] += g[i];
-      finite &= std::fabs(r[i]) <= 3.4028235e38f;  // false for NaN, infinity
+      u[i] = momentum_ * u0[i] + g[i];
+      r[i] = r0[i] + u[i];
     }
   } else {
-    for (int64_t i = 0; i < n; ++i) {
-      u[i] = momentum_ * u[i] + g[i];
-      r[i] += u[i];
-      finite &= std::fabs(r[i]) <= 3.4028235e38f;
-    }
+    for (int64_t i = 0; i < n; ++i) r[i] = r0[i] + g[i];
   }
-  if (!finite) {  // sent whole: the shard refuses it and names the worker
+  // NaN or infinity anywhere: an exponent of all ones (integer OR: it
+  // vectorizes, a float reduction would not).
+  uint32_t special = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &r[i], sizeof(bits));
+    special |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (special != 0) {  // sent whole: the shard refuses it and names the worker
     s.dense = true;
     s.whole.resize(static_cast<size_t>(n) * width);
     EncodeRun(encoding_, r, n, s.whole.data());

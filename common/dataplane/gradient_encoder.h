@@ -24,8 +24,8 @@
 // uncompressed (the shard refuses it and names the worker), and its
 // residual restarts at 0.
 //
-// Memory: with topk, two floats per model element (the residual and its
-// copy before the step; two more with momentum correction) plus each chunk's last encoding (~topk x 8 bytes
+// Memory: with topk, two floats per model element (the residual, and as
+// it was before the step; two more with momentum correction) plus each chunk's last encoding (~topk x 8 bytes
 // per element); without, a buffer of the encoded gradient when it is not
 // fp32.
 //
@@ -83,7 +83,7 @@ class GradientEncoder {
   // The k of a chunk of n elements at `step`.
   int64_t Kept(int64_t n, int64_t step) const;
   // The residual (tests): layout->total_size() floats; empty when dense.
-  const std::vector<float>& residual() const { return residual_; }
+  std::vector<float> residual() const;
 
  private:
   struct Sparse {
@@ -95,6 +95,7 @@ class GradientEncoder {
     std::vector<char> values;
     std::vector<char> whole;  // sent whole (a non-finite value): allocated then
     bool dense = false;
+    int cur = 0;  // residual_[cur] (velocity_[cur]) is the newest state
   };
   Chunk EncodeSparse(Sparse& s, int64_t begin, int64_t n, const float* g,
                      int64_t step, int64_t generation);
@@ -109,8 +110,11 @@ class GradientEncoder {
   // Sparse: per chunk (first_chunk_[partition] + offset / chunk_elems).
   std::vector<int64_t> first_chunk_;
   std::vector<Sparse> chunks_;
-  std::vector<float> residual_, before_;  // by flat element
-  std::vector<float> velocity_, velocity_before_;  // momentum > 0
+  // By flat element, twice: a step reads one and writes the other, so the
+  // state before the newest step stays (a redone step starts from it)
+  // without a copy. Each chunk's `cur` says which is newest.
+  std::vector<float> residual_[2];
+  std::vector<float> velocity_[2];  // momentum > 0
 };
 
 }  // namespace fulcrum
