@@ -10,7 +10,8 @@
 #
 #   bench/exchange.sh [--sizes "1 4 16 100"] [--workers "1 2 4"]
 #                     [--shards "1 2"] [--steps 20] [--warmup 3]
-#                     [--wire "fp32 bf16"]        # wire.gradients to run
+#                     [--wire "fp32 bf16 fp32:0.01"]  # wire.gradients to run
+#                                                  # (:F adds wire.topk F)
 #                     [--params fp32|bf16]         # wire.parameters
 #                     [--baseline BIN]             # an older build, alternated
 #
@@ -55,7 +56,9 @@ fulcrum_row() {
   # Small exchanges are short and noisy: at least 100 steps below 16 MB.
   [ "$mb" -lt 16 ] && [ "$n" -lt 100 ] && n=100
   if [ "$wire" != fp32 ] || [ "$params" != fp32 ]; then
-    extra="wire: {gradients: $wire, parameters: $params}"
+    local grads=${wire%%:*} topk=""
+    [ "$grads" != "$wire" ] && topk=", topk: ${wire#*:}"
+    extra="wire: {gradients: $grads, parameters: $params$topk}"
   fi
   cat > "$dir/job.yaml" <<YAML
 name: exchange-${mb}mb
@@ -92,7 +95,7 @@ run_base() {
 }
 
 row=0
-printf "%-3s %-3s %-5s %-5s %22s %22s %7s %9s" S W MB wire \
+printf "%-3s %-3s %-5s %-9s %22s %22s %7s %9s" S W MB wire \
   "fulcrum us (p10-p90)" "gloo us (p10-p90)" "f/gloo" "of memcpy"
 [ -n "$baseline" ] && printf " %22s %8s" "baseline us" "new/base"
 echo
@@ -125,7 +128,7 @@ for s in $shards; do
 import sys
 s, w, mb, wire, f, f10, f90, g, g10, g90, memcpy, b, b10, b90 = sys.argv[1:]
 rate = 2 * float(mb) * (1 << 20) / (float(f) * 1e-6) / 1e9
-line = (f"{s:<3} {w:<3} {mb:<5} {wire:<5} " + f"{f:>8} ({f10}-{f90})".ljust(23)
+line = (f"{s:<3} {w:<3} {mb:<5} {wire:<9} " + f"{f:>8} ({f10}-{f90})".ljust(23)
         + f" {g:>8} ({g10}-{g90})".ljust(23)
         + f" {float(f) / max(float(g), 1):7.2f} {rate / float(memcpy):8.1%}")
 if b:
