@@ -5,7 +5,9 @@
 //   GrpcParameterChannel (worker/grpc_channel.h)   one gRPC stream per shard;
 //   LocalParameterChannel (server/ps/local_channel.h, tests)  calls the
 //       shard core in process.
-// The shared-memory and compressed transports are next.
+// How a chunk is encoded (bf16, top-k) is the GradientEncoder's
+// (gradient_encoder.h), which every transport calls; the shared-memory
+// transport is next.
 //
 // Errors are absl::Status with the contract of docs/errors.md: ABORTED (the
 // generation ended: re-join), UNAVAILABLE (a shard stayed unreachable past
