@@ -78,6 +78,10 @@ TEST(JobSpecTest, WireEncodings) {
   spec->mutable_wire()->clear_momentum_correction();
   spec->mutable_wire()->set_topk(0);
   EXPECT_FALSE(MomentumOnWorkers(*spec));
+  spec = ParseJobSpec(std::string(kValid) +
+                      "wire: {topk: 0.01, momentum_correction: false}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(MomentumOnWorkers(*spec));
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
 }
 
