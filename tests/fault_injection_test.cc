@@ -356,8 +356,13 @@ class ShardFaultTest : public FaultTest {
     ASSERT_FALSE(c.address().empty()) << c.Logs();
     const std::string dir = testing::TestTempDir() + "/" + name + "-ckpt";
     const int every = 50;
+    // Long enough (~95 steps an epoch) that the job is still training when
+    // the test has seen checkpoint 100 and kills the shard: with 3 epochs
+    // a loaded machine's status polls saw it only after the job had ended.
+    const int epochs = 12;
     const std::string job = Submit(
-        c, Job(name, absl::StrCat("epochs: 3\nworkers: {min: 2, max: 2}\n"
+        c, Job(name, absl::StrCat("epochs: ", epochs,
+                                  "\nworkers: {min: 2, max: 2}\n"
                                   "shards: 2\ncheckpoint: {every_steps: ",
                                   every, ", dir: ", dir, ", keep: 3}\n",
                                   consistency)));
@@ -367,7 +372,11 @@ class ShardFaultTest : public FaultTest {
         absl::Seconds(90), "checkpoint 100");
     c.Kill("shard-2");
     absl::SleepFor(absl::Seconds(1));  // training halts: the step it reached
-    const int64_t reached = c.Status(job)->progress().step();
+    const v1::JobStatus halted = *c.Status(job);
+    ASSERT_EQ(halted.state(), v1::RUNNING)
+        << "the job ended before its shard was killed: nothing to recover\n"
+        << halted.DebugString();
+    const int64_t reached = halted.progress().step();
     // Complete checkpoints: steps both shard indexes have on disk.
     std::vector<int64_t> complete;
     // (A shard can write step N and die before any worker saw version N.)
@@ -412,7 +421,7 @@ class ShardFaultTest : public FaultTest {
       EXPECT_LE(reached - restored, every + ahead)
           << "recomputed more than every_steps\n" << s.DebugString();
     }
-    ExpectFinishedExactlyOnce(c, job, 3);
+    ExpectFinishedExactlyOnce(c, job, epochs);
   }
 };
 
@@ -450,6 +459,8 @@ TEST_F(FaultTest, KilledShardHoldingTableRowsRestoresThemAndTheJobFinishes) {
       c, job, [](const v1::JobStatus& s) { return s.checkpoint_step() >= 80; },
       absl::Seconds(90), "checkpoint 80");
   c.Kill("shard-2");
+  ASSERT_EQ(c.Status(job)->state(), v1::RUNNING)
+      << "the job ended before its shard was killed: nothing to recover";
   c.Restart("shard-2");
   s = WaitFor(
       c, job, [](const v1::JobStatus& s) { return Count(s, "restored") > 0; },
