@@ -47,12 +47,7 @@ GrpcParameterChannel::GrpcParameterChannel(ChannelOptions options,
       params_(params),
       chunk_elems_(options_.chunk_bytes / 4),
       arrivals_(layout),
-      own_encoder_(options_.encoder != nullptr
-                       ? nullptr
-                       : std::make_unique<GradientEncoder>(
-                             layout, chunk_elems_, options_.gradients)),
-      encoder_(options_.encoder != nullptr ? options_.encoder
-                                           : own_encoder_.get()) {}
+      encoder_(ChannelEncoder(options_, layout, &own_encoder_)) {}
 
 GrpcParameterChannel::~GrpcParameterChannel() {
   Cancel();

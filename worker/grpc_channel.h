@@ -79,7 +79,7 @@ class GrpcParameterChannel : public ParameterChannel {
   // How chunks go on the wire: options_.encoder, or own_encoder_ (dense,
   // in options_.gradients) when there is none.
   std::unique_ptr<GradientEncoder> own_encoder_;
-  GradientEncoder* encoder_;
+  GradientEncoder* const encoder_;
   // Slices gRPC holds into the gradients or the encoder's buffers: Close
   // waits for them.
   SlicePins pins_;

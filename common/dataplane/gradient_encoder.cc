@@ -138,16 +138,15 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t begin,
   }
   s.dense = false;
   TopKPositions(r, n, Kept(n, step), &s.indices);
-  thread_local std::vector<float> picked, sent;
-  picked.resize(s.indices.size());
-  for (size_t j = 0; j < s.indices.size(); ++j) picked[j] = r[s.indices[j]];
-  EncodeRun(encoding_, picked.data(), static_cast<int64_t>(picked.size()),
-            s.values.data());
-  // What was sent leaves the residual; bf16's rounding error stays in it.
-  sent.resize(picked.size());
-  DecodeRun(encoding_, s.values.data(), static_cast<int64_t>(picked.size()),
-            sent.data());
-  for (size_t j = 0; j < picked.size(); ++j) r[s.indices[j]] -= sent[j];
+  const int64_t k = static_cast<int64_t>(s.indices.size());
+  thread_local std::vector<float> picked;
+  picked.resize(k);
+  for (int64_t j = 0; j < k; ++j) picked[j] = r[s.indices[j]];
+  EncodeRun(encoding_, picked.data(), k, s.values.data());
+  // What was sent (decoded) leaves the residual; bf16's rounding error
+  // stays in it.
+  DecodeRun(encoding_, s.values.data(), k, picked.data());
+  for (int64_t j = 0; j < k; ++j) r[s.indices[j]] -= picked[j];
   if (u != nullptr) {  // momentum factor masking
     for (const uint32_t i : s.indices) u[i] = 0.0f;
   }

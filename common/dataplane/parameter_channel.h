@@ -90,6 +90,17 @@ struct ChannelOptions {
   std::function<void()> on_reconnect;
 };
 
+// The encoder a channel sends through: options.encoder, or (when there is
+// none) a dense one in options.gradients that the channel owns in *own.
+inline GradientEncoder* ChannelEncoder(const ChannelOptions& options,
+                                       const ParameterLayout* layout,
+                                       std::unique_ptr<GradientEncoder>* own) {
+  if (options.encoder != nullptr) return options.encoder;
+  *own = std::make_unique<GradientEncoder>(layout, options.chunk_bytes / 4,
+                                           options.gradients);
+  return own->get();
+}
+
 class ParameterChannel {
  public:
   virtual ~ParameterChannel() = default;

@@ -5,6 +5,7 @@
 // changed.
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,33 @@ void PushRows(JobShard& job, const std::string& table, int dim, int64_t step,
   ASSERT_TRUE(r.ok()) << r.status();
 }
 
+// Declares table `name` (capacity 1000, lr 0.1) in the job.
+void AddTable(JobInit* init, const std::string& name, int dim,
+              const std::string& optimizer) {
+  v1::EmbeddingTableSpec* t = init->spec.add_embeddings();
+  t->set_name(name);
+  t->set_dim(dim);
+  t->set_capacity(1000);
+  t->mutable_optimizer()->set_type(optimizer);
+  t->mutable_optimizer()->set_lr(0.1);
+}
+
+// The job's shard, its spec completed and checked; null (a test failure
+// said why) when it is not valid.
+std::unique_ptr<JobShard> CreateJob(JobInit init) {
+  ApplyDefaults(&init.spec);
+  if (absl::Status valid = ValidateJobSpec(init.spec); !valid.ok()) {
+    ADD_FAILURE() << valid;
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<JobShard>> created = JobShard::Create(init);
+  if (!created.ok()) {
+    ADD_FAILURE() << created.status();
+    return nullptr;
+  }
+  return *std::move(created);
+}
+
 TEST(EmbeddingRecoveryTest, CheckpointsCarryTheTablesRows) {
   const std::string dir = TestDir("embedding_ckpt");
   JobInit init = TinyJob({"a"});
@@ -57,18 +85,11 @@ TEST(EmbeddingRecoveryTest, CheckpointsCarryTheTablesRows) {
   for (const auto& [name, dim, opt] :
        std::vector<std::tuple<std::string, int, std::string>>{
            {"user", 4, "adam"}, {"item", 3, "adagrad"}}) {
-    v1::EmbeddingTableSpec* t = init.spec.add_embeddings();
-    t->set_name(name);
-    t->set_dim(dim);
-    t->set_capacity(1000);
-    t->mutable_optimizer()->set_type(opt);
-    t->mutable_optimizer()->set_lr(0.1);
+    AddTable(&init, name, dim, opt);
   }
-  ApplyDefaults(&init.spec);
-  ASSERT_TRUE(ValidateJobSpec(init.spec).ok()) << ValidateJobSpec(init.spec);
-  auto created = JobShard::Create(init);
-  ASSERT_TRUE(created.ok()) << created.status();
-  JobShard& job = **created;
+  const std::unique_ptr<JobShard> created = CreateJob(init);
+  ASSERT_NE(created, nullptr);
+  JobShard& job = *created;
   const std::vector<float> user0 = Rows(job, "user");
   auto step = [&](int64_t s) {
     PushRows(job, "user", 4, s, 0.5f + s);
@@ -136,17 +157,10 @@ TEST(EmbeddingRecoveryTest, DifferentialCheckpointsRestoreThroughTheirFullSave) 
   init.spec.mutable_checkpoint()->set_dir(dir);
   init.spec.mutable_checkpoint()->set_keep(1);
   init.spec.mutable_checkpoint()->set_full_every(2);
-  v1::EmbeddingTableSpec* t = init.spec.add_embeddings();
-  t->set_name("user");
-  t->set_dim(4);
-  t->set_capacity(1000);
-  t->mutable_optimizer()->set_type("adagrad");
-  t->mutable_optimizer()->set_lr(0.1);
-  ApplyDefaults(&init.spec);
-  ASSERT_TRUE(ValidateJobSpec(init.spec).ok()) << ValidateJobSpec(init.spec);
-  auto created = JobShard::Create(init);
-  ASSERT_TRUE(created.ok()) << created.status();
-  JobShard& job = **created;
+  AddTable(&init, "user", 4, "adagrad");
+  const std::unique_ptr<JobShard> created = CreateJob(init);
+  ASSERT_NE(created, nullptr);
+  JobShard& job = *created;
   auto step = [&](int64_t s) {
     PushRows(job, "user", 4, s, 0.5f + s);
     std::vector<float> g(job.PartitionSize(0), 0.1f);
@@ -191,17 +205,10 @@ TEST(EmbeddingRecoveryTest, AShardWithRowsButNoPartitionCheckpointsThem) {
   init.shard_index = 1;  // the tiny model's one partition is on shard 0
   init.spec.mutable_checkpoint()->set_every_steps(2);
   init.spec.mutable_checkpoint()->set_dir(dir);
-  v1::EmbeddingTableSpec* t = init.spec.add_embeddings();
-  t->set_name("user");
-  t->set_dim(2);
-  t->set_capacity(1000);
-  t->mutable_optimizer()->set_type("adagrad");
-  t->mutable_optimizer()->set_lr(0.1);
-  ApplyDefaults(&init.spec);
-  ASSERT_TRUE(ValidateJobSpec(init.spec).ok()) << ValidateJobSpec(init.spec);
-  auto created = JobShard::Create(init);
-  ASSERT_TRUE(created.ok()) << created.status();
-  JobShard& job = **created;
+  AddTable(&init, "user", 2, "adagrad");
+  const std::unique_ptr<JobShard> created = CreateJob(init);
+  ASSERT_NE(created, nullptr);
+  JobShard& job = *created;
   ASSERT_TRUE(job.partition_ids().empty());
   std::vector<uint64_t> ids;
   for (uint64_t id = 0; ids.size() < 10; ++id)
@@ -241,17 +248,10 @@ TEST(EmbeddingRecoveryTest, CheckpointNHoldsTheRowsOfTheStepsBeforeN) {
   JobInit init = TinyJob({"a"});
   init.spec.mutable_checkpoint()->set_every_steps(2);
   init.spec.mutable_checkpoint()->set_dir(dir);
-  v1::EmbeddingTableSpec* t = init.spec.add_embeddings();
-  t->set_name("user");
-  t->set_dim(4);
-  t->set_capacity(1000);
-  t->mutable_optimizer()->set_type("adam");
-  t->mutable_optimizer()->set_lr(0.1);
-  ApplyDefaults(&init.spec);
-  ASSERT_TRUE(ValidateJobSpec(init.spec).ok()) << ValidateJobSpec(init.spec);
-  auto created = JobShard::Create(init);
-  ASSERT_TRUE(created.ok()) << created.status();
-  JobShard& job = **created;
+  AddTable(&init, "user", 4, "adam");
+  const std::unique_ptr<JobShard> created = CreateJob(init);
+  ASSERT_NE(created, nullptr);
+  JobShard& job = *created;
   const auto dense = [&](int64_t s) {
     std::vector<float> g(job.PartitionSize(0), 0.1f);
     PushChunk c = Chunk(s, g, 1);
@@ -293,17 +293,10 @@ TEST(EmbeddingRecoveryTest, AMembershipChangeUndoesTheRowsOfTheUndoneStep) {
     SCOPED_TRACE(completed_here ? "the partition here completed step 1"
                                 : "step 1 incomplete here");
     JobInit init = TinyJob({"a", "b"});
-    v1::EmbeddingTableSpec* t = init.spec.add_embeddings();
-    t->set_name("user");
-    t->set_dim(4);
-    t->set_capacity(1000);
-    t->mutable_optimizer()->set_type("adam");
-    t->mutable_optimizer()->set_lr(0.1);
-    ApplyDefaults(&init.spec);
-    ASSERT_TRUE(ValidateJobSpec(init.spec).ok()) << ValidateJobSpec(init.spec);
-    auto created = JobShard::Create(init);
-    ASSERT_TRUE(created.ok()) << created.status();
-    JobShard& job = **created;
+    AddTable(&init, "user", 4, "adam");
+    const std::unique_ptr<JobShard> created = CreateJob(init);
+    ASSERT_NE(created, nullptr);
+    JobShard& job = *created;
     const std::vector<uint64_t> ids = Ids();
     const std::vector<uint64_t> more = {7, 8, 9};  // rows step 1 creates
     const auto dense = [&](int member, int64_t s) {

@@ -42,13 +42,7 @@ LocalParameterChannel::LocalParameterChannel(
       layout_(layout),
       params_(params),
       arrivals_(layout),
-      own_encoder_(options_.encoder != nullptr
-                       ? nullptr
-                       : std::make_unique<GradientEncoder>(
-                             layout, options_.chunk_bytes / 4,
-                             options_.gradients)),
-      encoder_(options_.encoder != nullptr ? options_.encoder
-                                           : own_encoder_.get()) {}
+      encoder_(ChannelEncoder(options_, layout, &own_encoder_)) {}
 
 LocalParameterChannel::~LocalParameterChannel() {
   Cancel();

@@ -50,7 +50,7 @@ class LocalParameterChannel : public ParameterChannel {
   Arrivals arrivals_;
   // options_.encoder, or own_encoder_ (dense) when there is none.
   std::unique_ptr<GradientEncoder> own_encoder_;
-  GradientEncoder* encoder_;
+  GradientEncoder* const encoder_;
   std::vector<std::unique_ptr<Link>> links_;  // shards holding partitions
   std::vector<int> link_of_partition_;
 };
