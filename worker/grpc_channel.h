@@ -78,6 +78,7 @@ class GrpcParameterChannel : public ParameterChannel {
   Arrivals arrivals_;
   // How chunks go on the wire: options_.encoder, or own_encoder_ (dense,
   // in options_.gradients) when there is none.
+  // own_encoder_ stays declared before encoder_ (ChannelEncoder fills it).
   std::unique_ptr<GradientEncoder> own_encoder_;
   GradientEncoder* const encoder_;
   // Slices gRPC holds into the gradients or the encoder's buffers: Close

@@ -92,6 +92,8 @@ struct ChannelOptions {
 
 // The encoder a channel sends through: options.encoder, or (when there is
 // none) a dense one in options.gradients that the channel owns in *own.
+// Called from a member initializer, `own` must be a member declared before
+// the one that keeps the result (it is constructed first, then assigned).
 inline GradientEncoder* ChannelEncoder(const ChannelOptions& options,
                                        const ParameterLayout* layout,
                                        std::unique_ptr<GradientEncoder>* own) {

@@ -49,6 +49,7 @@ class LocalParameterChannel : public ParameterChannel {
   float* const params_;                  // Not owned.
   Arrivals arrivals_;
   // options_.encoder, or own_encoder_ (dense) when there is none.
+  // own_encoder_ stays declared before encoder_ (ChannelEncoder fills it).
   std::unique_ptr<GradientEncoder> own_encoder_;
   GradientEncoder* const encoder_;
   std::vector<std::unique_ptr<Link>> links_;  // shards holding partitions
