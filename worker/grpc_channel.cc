@@ -35,6 +35,11 @@ struct GrpcParameterChannel::Stream {
   std::shared_ptr<Connection> conn ABSL_GUARDED_BY(mu);
   bool closing ABSL_GUARDED_BY(mu) = false;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
+  // The sender has left (after its half-close of the connection it saw):
+  // a connection opened later is half-closed by the receiver itself, or its
+  // Read would wait for a shard that waits for pushes.
+  bool sender_done ABSL_GUARDED_BY(mu) = false;
+  bool receiver_done ABSL_GUARDED_BY(mu) = false;
 };
 
 GrpcParameterChannel::GrpcParameterChannel(ChannelOptions options,
@@ -60,7 +65,8 @@ GrpcParameterChannel::Connect(Stream* s) {
   if (configure_) configure_(&conn->context);
   {
     absl::MutexLock lock(&s->mu);
-    if (s->cancelled) conn->context.TryCancel();
+    // Closing: the sender may have left, so nobody would end this stream.
+    if (s->closing || s->cancelled) return nullptr;
     s->attempt = conn;  // reachable by Cancel() before the call starts
   }
   conn->rw.reset(
@@ -75,8 +81,13 @@ GrpcParameterChannel::Connect(Stream* s) {
     h->set_credential(options_.shard_credentials[s->shard]);
   // A failed write means a failed stream: the receiver sees its status.
   conn->rw->Write(hello);
-  absl::MutexLock lock(&s->mu);
-  s->conn = conn;
+  bool half_close = false;
+  {
+    absl::MutexLock lock(&s->mu);
+    s->conn = conn;
+    half_close = s->sender_done;  // Close() began while we connected
+  }
+  if (half_close) conn->rw->WritesDone();  // the only writer left
   return conn;
 }
 
@@ -226,6 +237,7 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
   {
     absl::MutexLock lock(&s->mu);
     conn = s->conn;  // the newest connection, if one is open
+    s->sender_done = true;  // a newer one is half-closed by Connect
   }
   if (conn != nullptr) conn->rw->WritesDone();
 }
@@ -266,11 +278,18 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
 }
 
 void GrpcParameterChannel::ReceiveLoop(Stream* s) {
+  ReceiveConnections(s);
+  absl::MutexLock lock(&s->mu);
+  s->receiver_done = true;
+}
+
+void GrpcParameterChannel::ReceiveConnections(Stream* s) {
   std::mt19937_64 rng(std::hash<std::string>()(options_.worker_id) + s->shard);
   absl::Time retry_until = absl::InfiniteFuture();
   int attempt = 0;
   for (;;) {
     std::shared_ptr<Connection> conn = Connect(s);
+    if (conn == nullptr) return;  // closing
     bool answered = false;
     if (!Receive(s, *conn, &answered)) {
       conn->context.TryCancel();
@@ -343,9 +362,25 @@ absl::Status GrpcParameterChannel::Close() {
     absl::MutexLock lock(&s->mu);
     s->closing = true;
   }
+  // The shard ends each stream once it reads the half-close; one that does
+  // not within connect_timeout (a shard that stopped answering) is cancelled.
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
   for (auto& s : streams_) {
     if (s->sender.joinable()) s->sender.join();
-    if (s->receiver.joinable()) s->receiver.join();
+    if (!s->receiver.joinable()) continue;
+    {
+      absl::MutexLock lock(&s->mu);
+      if (!s->mu.AwaitWithDeadline(absl::Condition(&s->receiver_done),
+                                   deadline)) {
+        std::cerr << "fulcrum-worker: shard " << s->shard
+                  << " did not end its stream within "
+                  << absl::FormatDuration(options_.connect_timeout)
+                  << " of the close; cancelling it\n";
+        s->cancelled = true;
+        if (s->attempt != nullptr) s->attempt->context.TryCancel();
+      }
+    }
+    s->receiver.join();
   }
   streams_.clear();  // ends the calls and their connections
   // gRPC may still hold a slice of the gradient (or encoded_) in a

@@ -19,6 +19,10 @@
 // applying them twice). ABORTED (the generation ended) and other errors end
 // the channel's waits.
 //
+// Close() half-closes every stream (a stream being re-opened included: the
+// re-open gives up, or half-closes the new connection itself) and waits for
+// the shard to end it, at most `connect_timeout`; then it cancels it.
+//
 // Thread safety: as ParameterChannel; the internal threads are owned here
 // (started in Open, joined in Close or the destructor).
 #ifndef FULCRUM_WORKER_GRPC_CHANNEL_H_
@@ -62,12 +66,14 @@ class GrpcParameterChannel : public ParameterChannel {
   struct Stream;
   struct Connection;
   void SendLoop(Stream* s);
-  void ReceiveLoop(Stream* s);
+  void ReceiveLoop(Stream* s);  // ReceiveConnections, then receiver_done
+  void ReceiveConnections(Stream* s);
   // Reads one connection until it ends; false when the shard sent nonsense
   // (the channel failed).
   bool Receive(Stream* s, Connection& conn, bool* answered);
   // Opens a stream to the shard and sends hello. The connection's context
-  // is registered before the call so that Cancel() can reach it.
+  // is registered before the call so that Cancel() can reach it. Null once
+  // the channel is closing or cancelled.
   std::shared_ptr<Connection> Connect(Stream* s);
 
   const ChannelOptions options_;

@@ -67,6 +67,17 @@ bool FaultProxy::Drop() {
          drop_probability_;
 }
 
+void FaultProxy::DropAll() {
+  absl::MutexLock lock(&mu_);
+  for (const std::weak_ptr<Link>& weak : links_) {
+    std::shared_ptr<Link> link = weak.lock();
+    if (link == nullptr || link->closed) continue;
+    link->Close();
+    ++drops_;
+  }
+  links_.clear();
+}
+
 void FaultProxy::AcceptLoop() {
   while (!stop_) {
     pollfd p{listen_fd_, POLLIN, 0};
@@ -92,6 +103,8 @@ void FaultProxy::AcceptLoop() {
     link->server = server;
     ++connections_;
     absl::MutexLock lock(&mu_);
+    std::erase_if(links_, [](const std::weak_ptr<Link>& l) { return l.expired(); });
+    links_.push_back(link);
     threads_.emplace_back([this, link] { Pump(link, true); });
     threads_.emplace_back([this, link] { Pump(link, false); });
   }

@@ -29,6 +29,9 @@ class FaultProxy {
   int64_t drops() const { return drops_.load(); }
   // Stops dropping (to let a test finish cleanly).
   void Calm() { calm_ = true; }
+  // Ends every connection open now (both sides), whatever the probability;
+  // counted in drops(). New connections are forwarded as before.
+  void DropAll();
 
  private:
   struct Link;
@@ -47,6 +50,7 @@ class FaultProxy {
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<Link>> links_ ABSL_GUARDED_BY(mu_);  // for DropAll
   std::thread acceptor_;
 };
 
