@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "absl/time/clock.h"
@@ -127,20 +128,55 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-int PickFreePort() {
+namespace {
+
+// Whether 127.0.0.1:`port` can be bound now (0: let the kernel pick).
+// Returns the bound port, or 0.
+int TryBind(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  int port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
+  int bound = 0;
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+    bound = ntohs(addr.sin_port);
   }
   close(fd);
-  return port;
+  return bound;
+}
+
+// The first port of the kernel's ephemeral range (what bind to port 0 and
+// outgoing connections draw from).
+int EphemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (!(in >> low)) return 32768;
+  return low;
+}
+
+}  // namespace
+
+int PickFreePort() {
+  // A port from the kernel's ephemeral range can be handed, between this
+  // check and the program's bind, to any process that listens on port 0 or
+  // connects out (a CI run lost a shard's port to a worker's /metrics that
+  // way). Ports below that range are only ever taken by name, so pick one
+  // there at random.
+  constexpr int kLowest = 10000;
+  const int high = EphemeralLow();
+  if (high - kLowest >= 1000) {
+    std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
+    std::uniform_int_distribution<int> port(kLowest, high - 1);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const int p = port(rng);
+      if (TryBind(p) == p) return p;
+    }
+  }
+  return TryBind(0);
 }
 
 }  // namespace fulcrum::testing

@@ -47,8 +47,10 @@ std::string TestTempDir();
 // Polls until `path` exists and is non-empty, or the timeout passes.
 bool WaitForFile(const std::string& path, absl::Duration timeout);
 std::string ReadFile(const std::string& path);
-// A TCP port on 127.0.0.1 that was free a moment ago (for programs that
-// cannot listen on port 0 and report it, like Prometheus).
+// A TCP port on 127.0.0.1 that was free a moment ago, for programs that
+// must listen on a known port (a coordinator restarted at its address,
+// Prometheus). Drawn below the kernel's ephemeral range, so a process that
+// listens on port 0 or connects out cannot take it before the program binds.
 int PickFreePort();
 
 }  // namespace fulcrum::testing
