@@ -14,6 +14,12 @@
 #                                                  # (:F adds wire.topk F)
 #                     [--params fp32|bf16]         # wire.parameters
 #                     [--baseline BIN]             # an older build, alternated
+#                     [--transports "shm tcp"]     # how payloads travel
+#
+# Workers and shards share this host, so payloads go through shared memory
+# by default (shm); tcp runs the workers with FULCRUM_SHARED_MEMORY=0 (the
+# shards then carry payloads in the stream's messages). Each listed
+# transport is a row, alternating within the same cluster.
 #
 # --baseline BIN (a bazel-bin of another commit, with bench/exchange_driver,
 # worker/capi/libfulcrum.so and the cluster binaries) runs the same fp32
@@ -22,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes="1 4 16 100" workers="1 2 4" shards="1 2" steps=20 warmup=3
-wires="fp32" params=fp32 baseline=""
+wires="fp32" params=fp32 baseline="" transports="shm"
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) sizes=$2; shift 2 ;;
@@ -33,6 +39,7 @@ while [ $# -gt 0 ]; do
     --wire) wires=$2; shift 2 ;;
     --params) params=$2; shift 2 ;;
     --baseline) baseline=$(cd "$2" && pwd); shift 2 ;;
+    --transports) transports=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -73,8 +80,10 @@ YAML
   local job pids=() i
   job=$(bin=$b ctl submit "$dir/job.yaml")
   rm -f "$dir"/driver-*
+  local shm=1
+  [ "${transport:-shm}" = tcp ] && shm=0
   for i in $(seq "$w"); do
-    "$b/bench/exchange_driver" --lib="$b/worker/capi/libfulcrum.so" \
+    FULCRUM_SHARED_MEMORY=$shm "$b/bench/exchange_driver" --lib="$b/worker/capi/libfulcrum.so" \
       --coordinator="$coord" --job="$job" --floats="$floats" \
       --steps="$n" --warmup="$warmup" \
       >"$dir/driver-$i.out" 2>"$dir/driver-$i.log" &
@@ -95,7 +104,7 @@ run_base() {
 }
 
 row=0
-printf "%-3s %-3s %-5s %-9s %22s %22s %7s %9s" S W MB wire \
+printf "%-3s %-3s %-5s %-9s %-4s %22s %22s %7s %9s" S W MB wire via \
   "fulcrum us (p10-p90)" "gloo us (p10-p90)" "f/gloo" "of memcpy"
 [ -n "$baseline" ] && printf " %22s %8s" "baseline us" "new/base"
 echo
@@ -115,6 +124,7 @@ for s in $shards; do
       read -r g g10 g90 < <(/usr/bin/python3 bench/gloo_allreduce.py \
         --floats="$floats" --world="$w" --steps="$n" --warmup="$warmup")
       for wire in $wires; do
+      for transport in $transports; do
         # With a baseline, the two builds take turns going first (the
         # first run after gloo's is not the same machine as the second).
         b="" b10="" b90=""
@@ -124,17 +134,18 @@ for s in $shards; do
         else
           run_new
         fi
-        /usr/bin/python3 - "$s" "$w" "$mb" "$wire" "$f" "$f10" "$f90" "$g" "$g10" "$g90" "$memcpy" "$b" "$b10" "$b90" <<'PY'
+        /usr/bin/python3 - "$s" "$w" "$mb" "$wire" "$transport" "$f" "$f10" "$f90" "$g" "$g10" "$g90" "$memcpy" "$b" "$b10" "$b90" <<'PY'
 import sys
-s, w, mb, wire, f, f10, f90, g, g10, g90, memcpy, b, b10, b90 = sys.argv[1:]
+s, w, mb, wire, via, f, f10, f90, g, g10, g90, memcpy, b, b10, b90 = sys.argv[1:]
 rate = 2 * float(mb) * (1 << 20) / (float(f) * 1e-6) / 1e9
-line = (f"{s:<3} {w:<3} {mb:<5} {wire:<9} " + f"{f:>8} ({f10}-{f90})".ljust(23)
+line = (f"{s:<3} {w:<3} {mb:<5} {wire:<9} {via:<4} " + f"{f:>8} ({f10}-{f90})".ljust(23)
         + f" {g:>8} ({g10}-{g90})".ljust(23)
         + f" {float(f) / max(float(g), 1):7.2f} {rate / float(memcpy):8.1%}")
 if b:
     line += f" {b:>8} ({b10}-{b90})".ljust(23) + f" {float(f) / float(b):8.2f}"
 print(line)
 PY
+      done
       done
     done
   done

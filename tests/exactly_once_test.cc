@@ -41,7 +41,12 @@ v1::JobSpec Spec() {
   return spec;
 }
 
-TEST(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
+// Payloads over TCP (false) or through shared-memory segments (true; the
+// proxies then drop the control stream under them).
+class ExactlyOnceTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
+  const bool shared_memory = GetParam();
   constexpr int kWorkers = 4;
   constexpr int64_t kSteps = 40;
   const v1::JobSpec spec = Spec();
@@ -80,6 +85,7 @@ TEST(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
       o.worker_id = ids[w];
       o.shard_addresses = via_proxy;
       o.chunk_bytes = spec.chunk_bytes();
+      o.shared_memory = shared_memory;
       o.on_reconnect = [&reconnects, w] { ++reconnects[w]; };
       GrpcParameterChannel client(o, &*layout, params.data());
       absl::StatusOr<int64_t> start = client.Open();
@@ -115,6 +121,17 @@ TEST(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
   for (const auto& r : reconnects) total_reconnects += r.load();
   EXPECT_GE(drops, 5) << "the proxies dropped too little to test anything";
   EXPECT_GE(total_reconnects, 5);
+  // The transport is the one asked for: streams mapped their segments
+  // (re-opened ones offer a new segment each).
+  int64_t mapped = 0;
+  for (auto& s : shards)
+    mapped += static_cast<int64_t>(
+        s->metrics->shm_streams.WithLabels({"mapped"}).Value());
+  if (shared_memory) {
+    EXPECT_GE(mapped, kWorkers) << "no stream used shared memory";
+  } else {
+    EXPECT_EQ(mapped, 0);
+  }
 
   // Expected: w_T = w_0 - sum_t mean_w g(w, t), with the shard's own float
   // operations (SGD, lr 1) applied in the same order.
@@ -149,6 +166,11 @@ TEST(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
   }
   for (auto& s : shards) s->server->Shutdown(std::chrono::system_clock::now());
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, ExactlyOnceTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "shm" : "tcp";
+                         });
 
 }  // namespace
 }  // namespace fulcrum

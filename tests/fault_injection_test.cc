@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/env/env.h"
+#include "common/testing/http_get.h"
 #include "common/testing/process.h"
 #include "common/testing/synthetic_clicks.h"
 #include "gtest/gtest.h"
@@ -161,6 +163,33 @@ eval_every_steps: 100000
   }
 };
 
+// fulcrum_server_shm_streams_total{result="mapped"} over the running
+// shards: streams whose payloads went through shared memory (workers and
+// shards of a ProcessCluster share this host, and it is on by default).
+double ShmStreamsMapped(const ProcessCluster& c) {
+  double mapped = 0;
+  for (const auto& e : c.MetricsEndpoints(absl::Seconds(5))) {
+    if (e.role != "server") continue;
+    absl::StatusOr<testing::HttpResponse> r = testing::HttpGet(e.port, "/metrics");
+    if (!r.ok()) continue;  // a killed shard
+    const std::string series =
+        "\nfulcrum_server_shm_streams_total{result=\"mapped\"} ";
+    const size_t at = r->body.find(series);
+    if (at != std::string::npos)
+      mapped += std::atof(r->body.c_str() + at + series.size());
+  }
+  return mapped;
+}
+
+// Shared-memory names in /dev/shm that process `pid` created.
+int ShmNamesOf(pid_t pid) {
+  const std::string prefix = absl::StrCat("fulcrum-", pid, "-");
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    n += e.path().filename().string().rfind(prefix, 0) == 0;
+  return n;
+}
+
 TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
   ProcessCluster c("kill_worker", {.shards = 2,
                                    .workers = 3,
@@ -171,6 +200,11 @@ TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
                                    "shards: 2\n"));
   // Mid epoch 0 (6000 / 96 = 63 steps per epoch).
   WaitForStep(c, job, 25);
+  // The payloads go through shared memory; SIGKILL mid-step leaves none of
+  // the killed worker's segments behind (the shards unlinked the ones they
+  // mapped, the survivors' next Open sweeps any other).
+  EXPECT_GT(ShmStreamsMapped(c), 0) << "the streams are not on shared memory";
+  const pid_t worker_pid = c.Pid("worker-2");
   c.Kill("worker-2");
   const absl::Time killed = absl::Now();
   v1::JobStatus s = WaitFor(
@@ -191,6 +225,7 @@ TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
       },
       absl::Seconds(5), "training to continue");
   ExpectFinishedExactlyOnce(c, job, 3);
+  EXPECT_EQ(ShmNamesOf(worker_pid), 0) << "the killed worker's segments stayed";
 }
 
 // A worker paused past its lease (SIGSTOP: a stop signal, a long stall) is
@@ -370,6 +405,8 @@ class ShardFaultTest : public FaultTest {
         c, job,
         [](const v1::JobStatus& s) { return s.checkpoint_step() >= 100; },
         absl::Seconds(90), "checkpoint 100");
+    // Killed while its streams' payloads go through shared memory.
+    EXPECT_GT(ShmStreamsMapped(c), 0) << "the streams are not on shared memory";
     c.Kill("shard-2");
     absl::SleepFor(absl::Seconds(1));  // training halts: the step it reached
     const v1::JobStatus halted = *c.Status(job);

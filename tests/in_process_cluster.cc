@@ -12,10 +12,14 @@
 
 namespace fulcrum::testing {
 
-std::unique_ptr<ShardServer> StartShard() {
+std::unique_ptr<ShardServer> StartShard(bool shared_memory) {
   auto s = std::make_unique<ShardServer>();
-  s->service = std::make_unique<ParameterServerService>(
-      &s->core, ParameterServerService::Options{absl::Seconds(60)});
+  s->metrics = std::make_unique<ShardMetrics>(s->registry);
+  ParameterServerService::Options options;
+  options.step_timeout = absl::Seconds(60);
+  options.metrics = s->metrics.get();
+  options.shared_memory = shared_memory;
+  s->service = std::make_unique<ParameterServerService>(&s->core, options);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -28,14 +32,22 @@ std::unique_ptr<ShardServer> StartShard() {
 }
 
 std::string TransportName(Transport t) {
-  return t == Transport::kGrpc ? "grpc" : "local";
+  switch (t) {
+    case Transport::kGrpc:
+      return "grpc";
+    case Transport::kShm:
+      return "shm";
+    case Transport::kLocal:
+      return "local";
+  }
+  return "?";
 }
 
 TrainRun TrainInProcess(
     const v1::JobSpec& job_spec, int workers,
     const std::function<void(int, Trainer::Options*)>& tune,
     const std::function<std::unique_ptr<Backend>()>& make_backend,
-    Transport transport) {
+    Transport transport, bool shards_map_shm) {
   // No coordinator in process: the deterministic static sharding.
   v1::JobSpec spec = job_spec;
   spec.mutable_dataset()->set_sharding("static");
@@ -51,7 +63,7 @@ TrainRun TrainInProcess(
                                         : std::make_unique<CpuBackend>());
   }
   for (int s = 0; s < spec.shards(); ++s) {
-    servers.push_back(StartShard());
+    servers.push_back(StartShard(shards_map_shm));
     addresses.push_back(servers.back()->address);
     cores.push_back(&servers.back()->core);
     JobInit init{"job", spec, s, spec.shards(), 1, ids};
@@ -62,11 +74,13 @@ TrainRun TrainInProcess(
       return run;
     }
   }
-  GrpcChannelFactory grpc_channels;
+  GrpcChannelFactory tcp_channels(/*shared_memory=*/false);
+  GrpcChannelFactory shm_channels(/*shared_memory=*/true);
   LocalChannelFactory local_channels(cores);
-  ChannelFactory* channels = transport == Transport::kGrpc
-                                 ? static_cast<ChannelFactory*>(&grpc_channels)
-                                 : &local_channels;
+  ChannelFactory* channels =
+      transport == Transport::kGrpc  ? static_cast<ChannelFactory*>(&tcp_channels)
+      : transport == Transport::kShm ? static_cast<ChannelFactory*>(&shm_channels)
+                                     : &local_channels;
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
@@ -88,6 +102,10 @@ TrainRun TrainInProcess(
   for (auto& t : threads) t.join();
   for (auto& s : servers) {
     run.staleness.push_back((*s->core.Find("job"))->clocks().Stats());
+    run.shm_mapped += static_cast<int64_t>(
+        s->metrics->shm_streams.WithLabels({"mapped"}).Value());
+    run.shm_refused += static_cast<int64_t>(
+        s->metrics->shm_streams.WithLabels({"refused"}).Value());
     s->server->Shutdown(std::chrono::system_clock::now());
   }
   return run;

@@ -1,8 +1,9 @@
 // Real parameter shards and real trainers in one process, without a
 // coordinator: the test plays the coordinator's part (InitJob on each
-// shard, assignments to workers). Over either transport of the data plane:
-// gRPC services on 127.0.0.1 (kernel-picked ports), or the in-process
-// channel that calls the shard cores directly.
+// shard, assignments to workers). Over each transport of the data plane:
+// gRPC services on 127.0.0.1 (kernel-picked ports) with payloads in the
+// messages (TCP) or in shared-memory segments, or the in-process channel
+// that calls the shard cores directly.
 #ifndef FULCRUM_TESTS_IN_PROCESS_CLUSTER_H_
 #define FULCRUM_TESTS_IN_PROCESS_CLUSTER_H_
 
@@ -23,14 +24,19 @@ namespace fulcrum::testing {
 
 struct ShardServer {
   ParameterShard core;
+  metrics::Registry registry;
+  std::unique_ptr<ShardMetrics> metrics;  // the service's
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<grpc::Server> server;
   std::string address;
 };
-// A parameter shard served over gRPC on 127.0.0.1 (a kernel-picked port).
-std::unique_ptr<ShardServer> StartShard();
+// A parameter shard served over gRPC on 127.0.0.1 (a kernel-picked port);
+// shared_memory: whether it maps the segments workers offer.
+std::unique_ptr<ShardServer> StartShard(bool shared_memory = true);
 
-enum class Transport { kGrpc, kLocal };
+// kGrpc: payloads over TCP (shared memory off); kShm: over shared-memory
+// segments, control over gRPC.
+enum class Transport { kGrpc, kShm, kLocal };
 std::string TransportName(Transport t);
 
 struct TrainRun {
@@ -38,6 +44,9 @@ struct TrainRun {
   std::vector<std::unique_ptr<Backend>> backends;  // by rank, after training
   std::vector<StalenessStats> staleness;  // by shard
   std::vector<std::string> errors;        // by rank; empty when it trained fine
+  // Streams whose segment the shards mapped / refused (fulcrum_server_
+  // shm_streams_total): kShm maps every stream, the others offer none.
+  int64_t shm_mapped = 0, shm_refused = 0;
 };
 
 // Starts spec.shards() shards, initialises the job on them and trains it
@@ -48,7 +57,7 @@ TrainRun TrainInProcess(
     const v1::JobSpec& spec, int workers,
     const std::function<void(int, Trainer::Options*)>& tune = nullptr,
     const std::function<std::unique_ptr<Backend>()>& make_backend = nullptr,
-    Transport transport = Transport::kGrpc);
+    Transport transport = Transport::kGrpc, bool shards_map_shm = true);
 
 }  // namespace fulcrum::testing
 

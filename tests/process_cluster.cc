@@ -61,6 +61,11 @@ Process* ProcessCluster::Find(const std::string& process) {
   return nullptr;
 }
 
+pid_t ProcessCluster::Pid(const std::string& process) {
+  Process* p = Find(process);
+  return p == nullptr ? -1 : p->pid();
+}
+
 void ProcessCluster::Kill(const std::string& process) {
   Process* p = Find(process);
   if (p == nullptr) return;

@@ -60,6 +60,8 @@ class ProcessCluster {
   void Stop(const std::string& process);  // SIGTERM (a graceful leave), reap
   // Starts the process again with the same arguments (log: NAME.N.log).
   void Restart(const std::string& process);
+  // The process's pid (-1 when there is none).
+  pid_t Pid(const std::string& process);
   // `fulcrumctl status JOB --json`, parsed.
   absl::StatusOr<v1::JobStatus> Status(const std::string& job_id);
   // The same once the epochs' ledger counts at least `samples` trained in

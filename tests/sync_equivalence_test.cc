@@ -71,6 +71,14 @@ std::vector<std::vector<float>> Train(
   }
   for (const StalenessStats& s : run.staleness)
     EXPECT_EQ(s.max, 0) << "sync reads are fresh";
+  // The transport is the one asked for: with kShm every stream's payloads
+  // went through its segment (none fell back to TCP).
+  if (transport == Transport::kShm) {
+    EXPECT_GE(run.shm_mapped, workers);
+    EXPECT_EQ(run.shm_refused, 0);
+  } else {
+    EXPECT_EQ(run.shm_mapped + run.shm_refused, 0);
+  }
   return params;
 }
 
@@ -86,8 +94,9 @@ double MaxRelativeDifference(const std::vector<float>& a,
   return worst;
 }
 
-// On both transports of the data plane: gRPC on loopback, and the
-// in-process channel into the shard cores.
+// On every transport of the data plane: gRPC on loopback with payloads in
+// the messages or in shared memory, and the in-process channel into the
+// shard cores.
 class SyncEquivalenceTest
     : public ::testing::TestWithParam<std::tuple<int, int, Transport>> {};
 
@@ -118,12 +127,33 @@ TEST_P(SyncEquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
 INSTANTIATE_TEST_SUITE_P(
     WorkersShardsTransports, SyncEquivalenceTest,
     ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 2, 3),
-                       ::testing::Values(Transport::kGrpc, Transport::kLocal)),
+                       ::testing::Values(Transport::kGrpc, Transport::kShm,
+                                         Transport::kLocal)),
     [](const auto& info) {
       return absl::StrCat(std::get<0>(info.param), "workers_",
                           std::get<1>(info.param), "shards_",
                           testing::TransportName(std::get<2>(info.param)));
     });
+
+// Shards that do not map the workers' segments (fulcrum-server
+// --shared_memory=false here; another uid or a full /dev/shm alike) leave
+// every stream on TCP: training is bit for bit TCP's, and each refusal is
+// counted - nothing for the user to handle.
+TEST(SharedMemoryFallbackTest, RefusedSegmentsLeaveTheStreamsOnTcp) {
+  const v1::JobSpec spec = Spec(8, 2);
+  const testing::TrainRun tcp =
+      testing::TrainInProcess(spec, 2, nullptr, nullptr, Transport::kGrpc);
+  const testing::TrainRun refused = testing::TrainInProcess(
+      spec, 2, nullptr, nullptr, Transport::kShm, /*shards_map_shm=*/false);
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_EQ(refused.errors[w], "") << "worker " << w;
+    ASSERT_EQ(tcp.errors[w], "") << "worker " << w;
+    EXPECT_EQ(refused.results[w].progress.step(), 20);
+    EXPECT_EQ(refused.results[w].params, tcp.results[w].params);
+  }
+  EXPECT_EQ(refused.shm_mapped, 0);
+  EXPECT_GE(refused.shm_refused, 2 * 2) << "2 workers x 2 shards offered";
+}
 
 // Compressed wires: what travels is rounded identically by the gRPC frames
 // and the in-process channel (bit for bit: two workers' sums do not depend
@@ -140,10 +170,14 @@ TEST_P(CompressedWireTest, BothTransportsRoundAlikeAndStayCloseToFp32) {
       Train(2, 8, 2, Transport::kGrpc, gradients, parameters);
   const std::vector<std::vector<float>> local =
       Train(2, 8, 2, Transport::kLocal, gradients, parameters);
+  const std::vector<std::vector<float>> shm =
+      Train(2, 8, 2, Transport::kShm, gradients, parameters);
   ASSERT_EQ(grpc.size(), 2u);
   ASSERT_EQ(local.size(), 2u);
+  ASSERT_EQ(shm.size(), 2u);
   EXPECT_EQ(grpc[0], grpc[1]) << "workers disagree";
   EXPECT_EQ(grpc[0], local[0]) << "the transports round differently";
+  EXPECT_EQ(shm[0], grpc[0]) << "shared memory rounds differently";
   EXPECT_NE(grpc[0], fp32[0]) << "nothing was rounded";
   // ||a - b|| / ||b|| over the whole model: single elements near zero
   // drift further on a trajectory that differs by rounding.
@@ -182,7 +216,8 @@ double Norm(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(TopKWireTest, EveryElementKeptIsTheDenseWire) {
-  for (Transport transport : {Transport::kGrpc, Transport::kLocal}) {
+  for (Transport transport :
+       {Transport::kGrpc, Transport::kShm, Transport::kLocal}) {
     const std::vector<std::vector<float>> dense = Train(2, 8, 2, transport);
     const std::vector<std::vector<float>> all = Train(
         2, 8, 2, transport, v1::ENCODING_FP32, v1::ENCODING_FP32, 1.0);
@@ -198,10 +233,14 @@ TEST(TopKWireTest, TenPercentRoundsAlikeOnBothTransportsAndStillTrains) {
       2, 8, 2, Transport::kGrpc, v1::ENCODING_FP32, v1::ENCODING_FP32, 0.1);
   const std::vector<std::vector<float>> local = Train(
       2, 8, 2, Transport::kLocal, v1::ENCODING_FP32, v1::ENCODING_FP32, 0.1);
+  const std::vector<std::vector<float>> shm = Train(
+      2, 8, 2, Transport::kShm, v1::ENCODING_FP32, v1::ENCODING_FP32, 0.1);
   ASSERT_EQ(grpc.size(), 2u);
   ASSERT_EQ(local.size(), 2u);
+  ASSERT_EQ(shm.size(), 2u);
   EXPECT_EQ(grpc[0], grpc[1]) << "workers disagree";
   EXPECT_EQ(grpc[0], local[0]) << "the transports sparsify differently";
+  EXPECT_EQ(shm[0], grpc[0]) << "shared memory sparsifies differently";
   EXPECT_NE(grpc[0], dense[0]) << "nothing was left out";
   auto layout = ParameterLayout::ForMlp({144, 32, 16, 4}, 2, 4096);
   std::vector<float> init(layout->total_size());

@@ -1,10 +1,12 @@
 #include "worker/grpc_channel.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/dataplane/shm_segment.h"
 #include "common/net/grpc_options.h"
 #include "common/net/retry.h"
 #include "common/status/grpc_status.h"
@@ -12,15 +14,41 @@
 
 namespace fulcrum {
 
+bool SharedMemoryFromEnvironment() {
+  const char* v = std::getenv("FULCRUM_SHARED_MEMORY");
+  if (v == nullptr) return true;
+  const std::string s = v;
+  return !(s == "0" || s == "false" || s == "off");
+}
+
+// Whether a connection's payloads go through its shared-memory segment.
+enum class ShmState {
+  kNone,     // none offered (TCP)
+  kPending,  // offered; the shard's first Params will say
+  kMapped,   // the shard mapped it: pushes go through it
+  kRefused,  // the shard said no (or the connection ended first): TCP
+};
+
 // One attempt at the stream to a shard.
 struct GrpcParameterChannel::Connection {
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<RequestFrame, ResponseFrame>> rw;
+  // Offered in the hello; released once refused. A new connection offers
+  // a new segment, so a slot is never rewritten while a shard's handler of
+  // an older connection may still read it.
+  std::unique_ptr<ShmSegment> shm;
+  ShmState shm_state = ShmState::kNone;  // guarded by the stream's mu
 };
 
 struct GrpcParameterChannel::Stream {
   int shard = 0;
   std::vector<int32_t> partitions;
+  // Shared memory: where each partition's gradient goes in a segment's
+  // gradient region (bytes from its start; by partition id, -1: another
+  // stream's), and the region's size (4 bytes an element, each side).
+  std::vector<int64_t> grad_slot;
+  int64_t region_bytes = 0;
+  bool shm_warned = false;  // receiver thread only
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<grpc::internal::RpcMethod> method;  // Stream, with frames
   std::thread sender, receiver;
@@ -79,6 +107,7 @@ GrpcParameterChannel::Connect(Stream* s) {
   h->set_generation(options_.generation);
   if (s->shard < static_cast<int>(options_.shard_credentials.size()))
     h->set_credential(options_.shard_credentials[s->shard]);
+  OfferSharedMemory(s, *conn, h);
   // A failed write means a failed stream: the receiver sees its status.
   conn->rw->Write(hello);
   bool half_close = false;
@@ -89,6 +118,30 @@ GrpcParameterChannel::Connect(Stream* s) {
   }
   if (half_close) conn->rw->WritesDone();  // the only writer left
   return conn;
+}
+
+void GrpcParameterChannel::OfferSharedMemory(Stream* s, Connection& conn,
+                                             v1::Hello* hello) {
+  const std::string& address = options_.shard_addresses[s->shard];
+  if (!options_.shared_memory || s->region_bytes == 0 ||
+      !IsOnThisHost(address)) {
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<ShmSegment>> segment =
+      ShmSegment::Create(s->region_bytes, s->region_bytes);
+  if (!segment.ok()) {
+    if (!s->shm_warned) {
+      s->shm_warned = true;
+      std::cerr << "fulcrum-worker: shard " << s->shard << " (" << address
+                << "): no shared memory (" << segment.status().message()
+                << "); payloads go over TCP\n";
+    }
+    return;
+  }
+  conn.shm = std::move(*segment);
+  conn.shm_state = ShmState::kPending;  // nobody else sees conn yet
+  hello->mutable_shm()->set_name(conn.shm->name());
+  hello->mutable_shm()->set_nonce(conn.shm->nonce());
 }
 
 absl::Status GrpcParameterChannel::Initialize(const float* values) {
@@ -146,6 +199,11 @@ absl::StatusOr<int64_t> GrpcParameterChannel::Open() {
     auto s = std::make_unique<Stream>();
     s->shard = shard;
     s->partitions = ids;
+    s->grad_slot.assign(n, -1);
+    for (int32_t id : ids) {
+      s->grad_slot[id] = s->region_bytes;
+      s->region_bytes += layout_->partitions()[id].size * 4;
+    }
     s->channel = MakeChannel(options_.shard_addresses[shard]);
     s->method = std::make_unique<grpc::internal::RpcMethod>(
         StreamMethodName(), grpc::internal::RpcMethod::BIDI_STREAMING,
@@ -159,6 +217,8 @@ absl::StatusOr<int64_t> GrpcParameterChannel::Open() {
       stream_of_partition_[id] = static_cast<int>(streams_.size());
     streams_.push_back(std::move(s));
   }
+  // Names left by workers that were killed before a shard mapped them.
+  if (options_.shared_memory) ShmSegment::SweepStale();
   for (auto& s : streams_) {
     Stream* raw = s.get();
     s->receiver = std::thread([this, raw] { ReceiveLoop(raw); });
@@ -184,17 +244,25 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
   v1::Push* push = request.message.mutable_push();
   const WireEncoding encoding = encoder_->encoding();
   std::shared_ptr<Connection> conn;
+  const ShmSegment* shm = nullptr;  // conn's, when mapped (conn holds it)
   for (;;) {
     {
       absl::MutexLock lock(&s->mu);
       s->mu.Await(absl::Condition(
           +[](Stream* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st->mu) {
-            return (!st->queue.empty() && st->conn != nullptr) || st->closing;
+            // A segment's fate is known before the first push uses it.
+            return (!st->queue.empty() && st->conn != nullptr &&
+                    st->conn->shm_state != ShmState::kPending) ||
+                   st->closing;
           },
           s));
-      if (s->queue.empty() || s->conn == nullptr) break;  // closing
+      if (s->queue.empty() || s->conn == nullptr ||
+          s->conn->shm_state == ShmState::kPending) {
+        break;  // closing
+      }
       batch.swap(s->queue);
       conn = s->conn;
+      shm = conn->shm_state == ShmState::kMapped ? conn->shm.get() : nullptr;
       s->sent.insert(s->sent.end(), batch.begin(), batch.end());
     }
     bool ok = true;
@@ -220,14 +288,29 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
                           if (n == 0) {  // an empty push
                             request.out_bytes = 0;
                             push->clear_indices();
+                            push->clear_shm();
                             return conn->rw->Write(request);
                           }
                           const GradientEncoder::Chunk c = encoder_->Encode(
                               item.id, offset, n, item.grads, item.step,
                               options_.generation);
-                          request.out = c.data;
-                          request.out_bytes = c.bytes;
                           push->set_indices(c.indices.data(), c.indices.size());
+                          if (shm != nullptr) {
+                            // The slot is free: the shard consumed its last
+                            // contents before answering the previous step,
+                            // whose parameters this step was computed from.
+                            const int64_t at = shm->grad_offset() +
+                                               s->grad_slot[item.id] +
+                                               offset * 4;
+                            std::memcpy(shm->at(at), c.data, c.bytes);
+                            v1::ShmRef* ref = push->mutable_shm();
+                            ref->set_offset(at);
+                            ref->set_bytes(static_cast<int64_t>(c.bytes));
+                            request.out_bytes = 0;
+                          } else {
+                            request.out = c.data;
+                            request.out_bytes = c.bytes;
+                          }
                           return conn->rw->Write(request);
                         });
       if (!ok) break;
@@ -262,7 +345,9 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
       return false;
     }
     const Partition& part = layout_->partitions()[id];
-    const Payload& data = response.data;
+    Payload in_segment;
+    if (!ShmPayload(s, conn, response, &in_segment)) return false;
+    const Payload& data = p.has_shm() ? in_segment : response.data;
     const int64_t n = data.elements();
     if (p.offset() < 0 || p.offset() + n > part.size ||
         data.bytes() % ElementBytes(data.encoding()) != 0) {
@@ -275,6 +360,52 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
     arrivals_.Received(id, n, p.clock(), p.stop());
   }
   return true;
+}
+
+bool GrpcParameterChannel::ShmPayload(Stream* s, Connection& conn,
+                                      const ResponseFrame& response,
+                                      Payload* out) {
+  const v1::Params& p = response.message.params();
+  absl::Status error;
+  {
+    absl::MutexLock lock(&s->mu);
+    if (conn.shm_state == ShmState::kPending) {
+      // The first Params says whether the shard mapped the segment.
+      conn.shm_state =
+          p.has_shm() ? ShmState::kMapped : ShmState::kRefused;
+      if (!p.has_shm()) {
+        conn.shm.reset();
+        if (!s->shm_warned) {
+          s->shm_warned = true;
+          std::cerr << "fulcrum-worker: shard " << s->shard
+                    << " did not map the shared-memory segment (see its "
+                       "log); payloads go over TCP\n";
+        }
+      }
+    }
+    if (!p.has_shm()) return true;
+    if (conn.shm_state != ShmState::kMapped || response.data.bytes() != 0) {
+      error = absl::InternalError(absl::StrCat(
+          "shard ", s->shard, " sent params.shm on a stream whose segment it ",
+          "did not map, or with params.data"));
+    }
+  }
+  if (error.ok()) {
+    absl::StatusOr<WireEncoding> encoding =
+        EncodingFromProto(p.encoding(), "params.encoding");
+    absl::StatusOr<const char*> bytes =
+        encoding.ok() ? conn.shm->Params(p.shm().offset(), p.shm().bytes(),
+                                         "params.shm")
+                      : absl::StatusOr<const char*>(encoding.status());
+    if (bytes.ok()) {
+      *out = Payload(*bytes, static_cast<size_t>(p.shm().bytes()), *encoding);
+      return true;
+    }
+    error = absl::InternalError(absl::StrCat("shard ", s->shard, " sent ",
+                                             bytes.status().message()));
+  }
+  arrivals_.Fail(error);
+  return false;
 }
 
 void GrpcParameterChannel::ReceiveLoop(Stream* s) {
@@ -291,7 +422,13 @@ void GrpcParameterChannel::ReceiveConnections(Stream* s) {
     std::shared_ptr<Connection> conn = Connect(s);
     if (conn == nullptr) return;  // closing
     bool answered = false;
-    if (!Receive(s, *conn, &answered)) {
+    const bool sane = Receive(s, *conn, &answered);
+    {
+      absl::MutexLock lock(&s->mu);  // ended before the shard said: TCP
+      if (conn->shm_state == ShmState::kPending)
+        conn->shm_state = ShmState::kRefused;
+    }
+    if (!sane) {
       conn->context.TryCancel();
       conn->rw->Finish().IgnoreError();
       return;

@@ -19,6 +19,17 @@
 // applying them twice). ABORTED (the generation ended) and other errors end
 // the channel's waits.
 //
+// Shared memory (ChannelOptions::shared_memory, on by default): when the
+// shard's address is on this host, each connection creates a segment
+// (common/dataplane/shm_segment.h) with a slot for every partition's
+// gradient and parameters and offers it in the hello. Once the shard's
+// first Params says it mapped it, pushes are copied into their slot and the
+// message carries only where (push.shm); parameters arrive the same way.
+// Slots are reused without locks: the protocol orders them (a step's
+// gradient is written after the previous step's parameters arrived, which
+// the shard sends after it consumed the previous push). A shard that does
+// not map it leaves the stream on TCP (logged once per stream).
+//
 // Close() half-closes every stream (a stream being re-opened included: the
 // re-open gives up, or half-closes the new connection itself) and waits for
 // the shard to end it, at most `connect_timeout`; then it cancels it.
@@ -75,6 +86,14 @@ class GrpcParameterChannel : public ParameterChannel {
   // is registered before the call so that Cancel() can reach it. Null once
   // the channel is closing or cancelled.
   std::shared_ptr<Connection> Connect(Stream* s);
+  // Creates the connection's segment and offers it in `hello` when the
+  // shard is on this host (and shared memory is on).
+  void OfferSharedMemory(Stream* s, Connection& conn, v1::Hello* hello);
+  // The Params' payload in the segment (params.shm) into *out; learns from
+  // the connection's first Params whether the shard mapped it. false: the
+  // shard sent nonsense (the channel failed).
+  bool ShmPayload(Stream* s, Connection& conn, const ResponseFrame& response,
+                  Payload* out);
 
   const ChannelOptions options_;
   const ConfigureContext configure_;
@@ -94,12 +113,21 @@ class GrpcParameterChannel : public ParameterChannel {
   std::vector<int> stream_of_partition_;
 };
 
+// False when $FULCRUM_SHARED_MEMORY is 0, false or off (how a PyTorch
+// worker turns shared memory off); true otherwise.
+bool SharedMemoryFromEnvironment();
+
 // Makes GrpcParameterChannels (the worker process's transport).
 class GrpcChannelFactory : public ChannelFactory {
  public:
+  // shared_memory: false turns ChannelOptions::shared_memory off for every
+  // channel made here (fulcrum-worker --shared_memory=false).
+  explicit GrpcChannelFactory(bool shared_memory = true)
+      : shared_memory_(shared_memory) {}
   std::unique_ptr<ParameterChannel> Create(ChannelOptions options,
                                            const ParameterLayout* layout,
                                            float* params) override {
+    options.shared_memory = options.shared_memory && shared_memory_;
     return std::make_unique<GrpcParameterChannel>(std::move(options), layout,
                                                   params);
   }
@@ -107,6 +135,9 @@ class GrpcChannelFactory : public ChannelFactory {
       const ChannelOptions& options) override {
     return std::unique_ptr<RowChannel>(new GrpcRowChannel(options));
   }
+
+ private:
+  const bool shared_memory_;
 };
 
 }  // namespace fulcrum

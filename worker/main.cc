@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, data_root, "/usr/share/datasets",
           "datasets are read under this directory: a job's dataset.dir is "
           "taken from it (relative) or must lie in it (absolute), and may "
           "not lead out of it");
+ABSL_FLAG(bool, shared_memory, true,
+          "payloads to a shard on this host go through a shared-memory "
+          "segment (false: always TCP)");
 ABSL_FLAG(int, max_jobs, 0,
           "exit after training this many jobs (0: serve until stopped)");
 
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.slowdown = absl::GetFlag(FLAGS_slowdown);
+  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   options.step_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_inject_step_delay_ms));
   options.step_delay_jitter =

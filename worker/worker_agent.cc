@@ -7,7 +7,8 @@ namespace fulcrum {
 WorkerAgent::WorkerAgent(Options options, Backend* backend)
     : options_(std::move(options)),
       backend_(backend),
-      link_({options_.coordinator, options_.device, "", "fulcrum-worker"}) {}
+      link_({options_.coordinator, options_.device, "", "fulcrum-worker"}),
+      channels_(options_.shared_memory) {}
 
 void WorkerAgent::Train(Trainer& trainer, const v1::WorkerAssignment& a) {
   std::cerr << "fulcrum-worker: training " << a.job_id() << " as rank "

@@ -26,6 +26,8 @@ class WorkerAgent {
     double slowdown = 1.0;  // straggler injection (see Trainer::Options)
     absl::Duration step_delay = absl::ZeroDuration();
     absl::Duration step_delay_jitter = absl::ZeroDuration();
+    // Shared memory with shards on this host (GrpcChannelFactory).
+    bool shared_memory = true;
   };
   // `backend` is not owned and must outlive the agent.
   WorkerAgent(Options options, Backend* backend);

@@ -95,8 +95,8 @@ constexpr uint8_t Tag(int field, uint8_t wire_type) {
 }
 // Field numbers (parameter_server.proto).
 constexpr int kRequestHello = 1, kRequestPush = 2, kPushData = 6,
-              kPushRange = 8, kPushIndices = 9, kResponseParams = 1,
-              kParamsData = 5;
+              kPushRange = 8, kPushIndices = 9, kPushShm = 10,
+              kResponseParams = 1, kParamsData = 5, kParamsShm = 8;
 
 void PutVarint(uint64_t v, std::string* out) {
   while (v >= 0x80) {
@@ -304,18 +304,23 @@ bool ReadData(SliceReader& r, size_t end, Payload* data) {
   return r.Pieces(data_end - r.pos(), data);
 }
 
+// A small length-delimited submessage, parsed by protobuf.
+bool Submessage(SliceReader& r, size_t end, google::protobuf::Message* m) {
+  size_t field_end;
+  std::string bytes;
+  return Length(r, end, &field_end) && r.Copy(field_end - r.pos(), &bytes) &&
+         m->ParseFromString(bytes);
+}
+
 bool ParsePush(SliceReader& r, size_t end, v1::Push* push, Payload* data) {
   return Fields(r, end, [&](int field, uint8_t wt) {
     uint64_t v = 0;
     if (field == kPushData && wt == kLengthDelimited)
       return ReadData(r, end, data);
-    if (field == kPushRange && wt == kLengthDelimited) {
-      size_t range_end;
-      std::string bytes;
-      return Length(r, end, &range_end) &&
-             r.Copy(range_end - r.pos(), &bytes) &&
-             push->mutable_range()->ParseFromString(bytes);
-    }
+    if (field == kPushRange && wt == kLengthDelimited)
+      return Submessage(r, end, push->mutable_range());
+    if (field == kPushShm && wt == kLengthDelimited)
+      return Submessage(r, end, push->mutable_shm());
     if (field == kPushIndices && wt == kLengthDelimited) {
       size_t indices_end;
       return Length(r, end, &indices_end) &&
@@ -343,6 +348,8 @@ bool ParseParams(SliceReader& r, size_t end, v1::Params* params,
     uint64_t v = 0;
     if (field == kParamsData && wt == kLengthDelimited)
       return ReadData(r, end, data);
+    if (field == kParamsShm && wt == kLengthDelimited)
+      return Submessage(r, end, params->mutable_shm());
     if (field >= 1 && field <= 7 && field != kParamsData && wt == 0) {
       if (!r.Varint(&v)) return false;
       switch (field) {

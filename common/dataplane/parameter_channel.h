@@ -84,6 +84,10 @@ struct ChannelOptions {
   // encodes dense chunks in `gradients` with one of its own.
   GradientEncoder* encoder = nullptr;
   absl::Duration connect_timeout = absl::Seconds(30);
+  // Payloads to a shard on this host go through a shared-memory segment
+  // (the stream keeps the control); TCP when off, when the shard is
+  // elsewhere or when it refuses the segment.
+  bool shared_memory = true;
   // How long a broken connection is retried before the channel fails.
   absl::Duration reconnect_timeout = absl::Seconds(30);
   // Called (from a channel thread) each time a broken connection re-opens.

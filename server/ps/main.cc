@@ -15,6 +15,7 @@
 #include "common/net/grpc_options.h"
 #include "common/net/signals.h"
 #include "common/net/transport.h"
+#include "common/dataplane/shm_segment.h"
 #include "server/ps/service.h"
 #include "server/ps/shard_collector.h"
 #include "server/ps/shard_agent.h"
@@ -58,6 +59,9 @@ ABSL_FLAG(int64_t, memory_bytes, -1,
           "bytes this shard may hold for jobs, declared to the coordinator, "
           "which places no more here; -1: 80% of the machine's memory; 0: no "
           "limit");
+ABSL_FLAG(bool, shared_memory, true,
+          "map the shared-memory segment a worker on this host offers, so "
+          "that its payloads skip TCP (false: every stream on TCP)");
 ABSL_FLAG(std::string, checkpoint_root, "/var/lib/fulcrum/checkpoints",
           "checkpoint files go under this directory: a job's checkpoint.dir "
           "is taken from it (relative) or must lie in it (absolute), and may "
@@ -105,6 +109,9 @@ int main(int argc, char** argv) {
   service_options.hello_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_hello_timeout_ms));
   service_options.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_idle_timeout_s));
+  service_options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  // Segments whose worker was killed before any shard mapped them.
+  if (service_options.shared_memory) fulcrum::ShmSegment::SweepStale();
   fulcrum::ParameterServerService service(&shard, service_options);
   grpc::ServerBuilder builder;
   int port = 0;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/dataplane/shm_segment.h"
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
 #include "server/ps/worker_stream.h"
@@ -41,16 +42,44 @@ class GrpcParamsWriter : public ParamsWriter {
 
 // Params frames written to the data-plane stream: the values are read once,
 // into a fresh slice (narrowed there when the job sends bf16), and leave
-// from it.
+// from it - or, on a stream with a mapped segment, into the partition's
+// slot of its parameter region, and the frame says where (params.shm).
 class FrameParamsWriter : public ParamsWriter {
  public:
-  explicit FrameParamsWriter(
-      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream)
-      : stream_(stream) {}
-  float* Reserve(int32_t, int64_t, int64_t count) override {
+  // `segment` (may be null: TCP) and `slots` (bytes from the parameter
+  // region's start, by partition id) are not owned.
+  FrameParamsWriter(
+      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
+      const ShmSegment* segment, const std::vector<int64_t>* slots)
+      : stream_(stream), segment_(segment), slots_(slots) {}
+  float* Reserve(int32_t partition, int64_t offset, int64_t count) override {
+    if (segment_ != nullptr) {
+      // The worker has read the slot's last contents: it pushed the step
+      // these values answer only after they arrived.
+      shm_at_ = segment_->params_offset() + (*slots_)[partition] + offset * 4;
+      return reinterpret_cast<float*>(segment_->at(shm_at_));
+    }
     return reinterpret_cast<float*>(frame_.Reserve(count * sizeof(float)));
   }
   bool Send(const ParamsHeader& h) override {
+    if (segment_ != nullptr) {
+      v1::Params* p = frame_.message.mutable_params();
+      p->set_partition(h.partition);
+      p->set_offset(h.offset);
+      p->set_version(h.version);
+      p->set_clock(h.clock);
+      p->set_stop(h.stop);
+      p->set_encoding(static_cast<v1::Encoding>(h.encoding));
+      char* data = segment_->at(shm_at_);
+      if (h.encoding != WireEncoding::kFp32) {
+        EncodeRun(h.encoding, reinterpret_cast<const float*>(data), h.count,
+                  data);
+      }
+      p->mutable_shm()->set_offset(shm_at_);
+      p->mutable_shm()->set_bytes(h.count * ElementBytes(h.encoding));
+      frame_.out_bytes = 0;
+      return stream_->Write(frame_);
+    }
     v1::Params* p = frame_.message.mutable_params();
     p->set_partition(h.partition);
     p->set_offset(h.offset);
@@ -69,17 +98,41 @@ class FrameParamsWriter : public ParamsWriter {
 
  private:
   grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* const stream_;
+  const ShmSegment* const segment_;
+  const std::vector<int64_t>* const slots_;
+  int64_t shm_at_ = 0;  // Reserve's slot, for Send
   ResponseFrame frame_;
 };
 
-// The wire's push as the core's chunk; `frame` must outlive `out`.
-absl::Status FromFrame(const RequestFrame& frame, PushChunk* out) {
+// The wire's push as the core's chunk; `frame` (and `segment`, when it
+// carries push.shm) must outlive `out`. A push.shm outside the gradient
+// region, on a stream without a mapped segment, or beside push.data is
+// INVALID_ARGUMENT (the core checks the rest, as for push.data).
+absl::Status FromFrame(const RequestFrame& frame, const ShmSegment* segment,
+                       PushChunk* out) {
   const v1::Push& push = frame.message.push();
   out->step = push.step();
   out->partition = push.partition();
   out->offset = push.offset();
   out->samples = push.samples();
   out->data = frame.data;  // push.encoding's, checked by the parse
+  if (push.has_shm()) {
+    if (segment == nullptr) {
+      return absl::InvalidArgumentError(
+          "push.shm on a stream without a mapped shared-memory segment");
+    }
+    if (frame.data.bytes() != 0) {
+      return absl::InvalidArgumentError(
+          "push.shm and push.data both set: the payload is one or the other");
+    }
+    ASSIGN_OR_RETURN(WireEncoding encoding,
+                     EncodingFromProto(push.encoding(), "push.encoding"));
+    ASSIGN_OR_RETURN(const char* bytes,
+                     segment->Grad(push.shm().offset(), push.shm().bytes(),
+                                   "push.shm"));
+    out->data = Payload(bytes, static_cast<size_t>(push.shm().bytes()),
+                        encoding);
+  }
   out->indices = push.indices();
   out->stop = push.stop();
   out->range = push.has_range() ? DataRange{push.range().chunk(),
@@ -267,13 +320,16 @@ absl::Status ParameterServerService::ServeStream(
     return absl::FailedPreconditionError(
         "the first message of a stream must be hello");
   }
-  FrameParamsWriter writer(stream);
   WorkerStream::Options options;
   options.step_timeout = options_.step_timeout;
   options.metrics = metrics_;
   options.cancelled = [context] { return context->IsCancelled(); };
   const v1::Hello hello = request.message.hello();
   RETURN_IF_ERROR(AsWorker(hello.job_id(), hello.worker_id(), hello.credential()));
+  std::vector<int64_t> slots;
+  const std::unique_ptr<ShmSegment> segment =
+      hello.has_shm() ? MapSegment(hello, &slots) : nullptr;
+  FrameParamsWriter writer(stream, segment.get(), &slots);
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerStream> worker,
                    WorkerStream::Open(*shard_,
                                       {hello.job_id(), hello.worker_id(),
@@ -289,7 +345,7 @@ absl::Status ParameterServerService::ServeStream(
           "hello may only be the first message of a stream");
     }
     PushChunk chunk;
-    RETURN_IF_ERROR(FromFrame(request, &chunk));
+    RETURN_IF_ERROR(FromFrame(request, segment.get(), &chunk));
     RETURN_IF_ERROR(worker->Push(chunk));
   }
   if (context->IsCancelled()) {
@@ -297,6 +353,50 @@ absl::Status ParameterServerService::ServeStream(
         "no message within ", absl::FormatDuration(options_.idle_timeout)));
   }
   return absl::OkStatus();
+}
+
+std::unique_ptr<ShmSegment> ParameterServerService::MapSegment(
+    const v1::Hello& hello, std::vector<int64_t>* slots) {
+  absl::Status why;
+  std::unique_ptr<ShmSegment> segment;
+  if (!options_.shared_memory) {
+    why = absl::FailedPreconditionError("--shared_memory=false");
+  } else if (absl::StatusOr<std::shared_ptr<JobShard>> job =
+                 shard_->Find(hello.job_id());
+             !job.ok()) {
+    why = job.status();  // the stream fails on it next
+  } else if (absl::StatusOr<std::unique_ptr<ShmSegment>> mapped =
+                 ShmSegment::Attach(hello.shm().name(), hello.shm().nonce());
+             !mapped.ok()) {
+    why = mapped.status();
+  } else {
+    // A slot for each partition held here, 4 bytes an element, in the
+    // job's order (the worker picks its own slots for pushes and reads
+    // ours from params.shm).
+    slots->assign((*job)->layout().partitions().size(), -1);
+    int64_t need = 0;
+    for (int32_t id : (*job)->partition_ids()) {
+      (*slots)[id] = need;
+      need += (*job)->PartitionSize(id) * 4;
+    }
+    if (need > (*mapped)->params_bytes()) {
+      why = absl::InvalidArgumentError(absl::StrCat(
+          "hello.shm: the segment's parameter region holds ",
+          (*mapped)->params_bytes(), " bytes; the partitions here need ",
+          need));
+    } else {
+      segment = std::move(*mapped);
+    }
+  }
+  metrics_->shm_streams.WithLabels({segment != nullptr ? "mapped" : "refused"})
+      .Increment();
+  if (segment == nullptr) {
+    std::cerr << "fulcrum-server: job " << hello.job_id().substr(0, 64)
+              << " worker " << hello.worker_id().substr(0, 64)
+              << ": shared-memory segment not mapped (" << why.message()
+              << "); the stream's payloads go over TCP\n";
+  }
+  return segment;
 }
 
 grpc::Status ParameterServerService::Reconfigure(

@@ -3,15 +3,19 @@
 // here; the stream's rules are WorkerStream's. The data-plane method
 // (Stream) reads and writes common/dataplane/grpc_frames.h's frames - the
 // protobuf messages with their tensor bytes out of line - so that pushes
-// are reduced straight from the slices they arrived in.
+// are reduced straight from the slices they arrived in. A worker on this
+// host may offer a shared-memory segment in its hello; the stream then
+// carries only control, and payloads lie in the segment (MapSegment).
 #ifndef FULCRUM_SERVER_PS_SERVICE_H_
 #define FULCRUM_SERVER_PS_SERVICE_H_
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "common/dataplane/grpc_frames.h"
+#include "common/dataplane/shm_segment.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "server/ps/parameter_shard.h"
 #include "common/concurrency/watchdog.h"
@@ -41,6 +45,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
     int max_streams = 1024;
     absl::Duration hello_timeout = absl::Seconds(10);
     absl::Duration idle_timeout = absl::Minutes(10);
+    // Map the shared-memory segment a hello offers (a worker on this
+    // host); false: every stream stays on TCP.
+    bool shared_memory = true;
   };
 
   // `shard` is not owned and must outlive the service.
@@ -81,6 +88,13 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   int open_streams() const { return open_streams_.load(); }
 
  private:
+  // Maps the segment `hello` offers (checks: shm_segment.h) and lays out a
+  // parameter slot for each partition held here in *slots (bytes from the
+  // region's start, by partition id). Null when shared memory is off or a
+  // check fails: logged, counted in shm_streams_total, the stream stays on
+  // TCP.
+  std::unique_ptr<ShmSegment> MapSegment(const v1::Hello& hello,
+                                         std::vector<int64_t>* slots);
   absl::Status ServeStream(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,

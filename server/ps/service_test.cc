@@ -11,9 +11,11 @@
 #include <limits>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "common/config/job_spec.h"
 #include "common/dataplane/payload.h"
+#include "common/dataplane/shm_segment.h"
 #include "common/net/grpc_options.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -227,6 +229,137 @@ TEST_F(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
   p.set_samples(-2);
   ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT,
                  "push.samples must be in [0, 4294967296], got -2");
+}
+
+// A stream's first Params after a hello that offers `offer` (none when
+// null): whether it came through the segment (params.shm) or inline.
+v1::Params FirstParams(v1::ParameterServer::Stub& stub,
+                       const v1::ShmOffer* offer) {
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(10));
+  auto rw = stub.Stream(&context);
+  v1::StreamRequest r;
+  r.mutable_hello()->set_job_id("job-1");
+  r.mutable_hello()->set_worker_id("w-1");
+  r.mutable_hello()->set_generation(1);
+  if (offer != nullptr) *r.mutable_hello()->mutable_shm() = *offer;
+  rw->Write(r);
+  rw->WritesDone();
+  v1::StreamResponse response;
+  EXPECT_TRUE(rw->Read(&response));
+  context.TryCancel();
+  rw->Finish().IgnoreError();
+  return response.params();
+}
+
+// Shared memory: a mapped segment carries the parameters (the first Params
+// says where); a push.shm outside the gradient region, on a stream without
+// a segment, or beside push.data is INVALID_ARGUMENT naming push.shm and
+// changes nothing; a segment that fails a check (wrong nonce, unknown
+// name) or a shard with shared memory off leaves the stream on TCP, and
+// each offer is counted as mapped or refused.
+TEST_F(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
+  metrics::Registry registry;
+  ShardMetrics metrics(registry);
+  ParameterServerService::Options options;
+  options.metrics = &metrics;
+  TearDown();
+  shard_.EndJob("job-1");
+  shard_.ForgetJob("job-1");
+  Start(options);
+  auto counted = [&](const char* result) {
+    return metrics.shm_streams.WithLabels({result}).Value();
+  };
+  const std::vector<float> values = Pull();
+  ASSERT_EQ(values.size(), 36u);
+
+  // Mapped: the values lie in the segment's parameter region.
+  auto segment = ShmSegment::Create(144, 144);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  v1::ShmOffer offer;
+  offer.set_name((*segment)->name());
+  offer.set_nonce((*segment)->nonce());
+  v1::Params p = FirstParams(*stub_, &offer);
+  ASSERT_TRUE(p.has_shm());
+  EXPECT_TRUE(p.data().empty());
+  ASSERT_EQ(p.shm().bytes(), 144);
+  ASSERT_TRUE((*segment)->Params(p.shm().offset(), 144, "test").ok());
+  std::vector<float> got(36);
+  std::memcpy(got.data(), (*segment)->at(p.shm().offset()), 144);
+  EXPECT_EQ(got, values);
+  EXPECT_EQ(counted("mapped"), 1);
+
+  // A wrong nonce, a name that is not there: refused, values inline.
+  auto other = ShmSegment::Create(144, 144);
+  ASSERT_TRUE(other.ok());
+  offer.set_name((*other)->name());
+  offer.set_nonce(std::string(ShmSegment::kNonceBytes, 'x'));
+  p = FirstParams(*stub_, &offer);
+  EXPECT_FALSE(p.has_shm());
+  EXPECT_EQ(p.data().size(), 144u);
+  offer.set_name("/fulcrum-1-0000000000000000");
+  p = FirstParams(*stub_, &offer);
+  EXPECT_FALSE(p.has_shm());
+  EXPECT_EQ(counted("refused"), 2);
+
+  // push.shm without a mapped segment, beside data, outside the region.
+  v1::Push push = GoodPush();
+  push.clear_data();
+  push.mutable_shm()->set_offset(ShmSegment::kHeaderBytes);
+  push.mutable_shm()->set_bytes(144);
+  ExpectRejected(push, grpc::StatusCode::INVALID_ARGUMENT,
+                 "push.shm on a stream without a mapped shared-memory segment");
+  for (const auto& [offset, bytes, data] :
+       std::vector<std::tuple<int64_t, int64_t, bool>>{
+           {ShmSegment::kHeaderBytes, 144, true},  // beside push.data
+           {0, 144, false},                        // the header
+           {ShmSegment::kHeaderBytes + 2, 144, false},  // unaligned
+           {ShmSegment::kHeaderBytes, 1 << 20, false}}) {  // past the region
+    auto seg = ShmSegment::Create(144, 144);
+    ASSERT_TRUE(seg.ok());
+    const std::vector<float> before = Pull();
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(10));
+    auto rw = stub_->Stream(&context);
+    v1::StreamRequest r;
+    r.mutable_hello()->set_job_id("job-1");
+    r.mutable_hello()->set_worker_id("w-1");
+    r.mutable_hello()->set_generation(1);
+    r.mutable_hello()->mutable_shm()->set_name((*seg)->name());
+    r.mutable_hello()->mutable_shm()->set_nonce((*seg)->nonce());
+    rw->Write(r);
+    *r.mutable_push() = GoodPush();
+    if (!data) r.mutable_push()->clear_data();
+    r.mutable_push()->mutable_shm()->set_offset(offset);
+    r.mutable_push()->mutable_shm()->set_bytes(bytes);
+    rw->Write(r);
+    rw->WritesDone();
+    v1::StreamResponse ignored;
+    while (rw->Read(&ignored)) {
+    }
+    const grpc::Status status = rw->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << offset << " " << bytes << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find("push.shm"), std::string::npos)
+        << status.error_message();
+    EXPECT_EQ(Pull(), before) << "a rejected push changed the parameters";
+  }
+
+  // Shared memory off: refused, values inline.
+  TearDown();
+  shard_.EndJob("job-1");
+  shard_.ForgetJob("job-1");
+  options.shared_memory = false;
+  Start(options);
+  auto third = ShmSegment::Create(144, 144);
+  ASSERT_TRUE(third.ok());
+  offer.set_name((*third)->name());
+  offer.set_nonce((*third)->nonce());
+  const double refused = counted("refused");
+  p = FirstParams(*stub_, &offer);
+  EXPECT_FALSE(p.has_shm());
+  EXPECT_EQ(p.data().size(), 144u);
+  EXPECT_EQ(counted("refused"), refused + 1);
 }
 
 // Compressed gradients are decoded exactly: the update is that of the

@@ -41,6 +41,12 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
                          "Worker streams (and uploads) open now; at "
                          "--max_streams one more is refused "
                          "(rejected_pushes_total{reason=\"resource_exhausted\"}).")),
+      shm_streams(r.AddCounter(
+          "fulcrum_server_shm_streams_total",
+          "Worker streams that offered a shared-memory segment, by whether "
+          "this shard mapped it (mapped) or left the stream on TCP "
+          "(refused; the log says why).",
+          {"result"})),
       jobs(r.AddGauge("fulcrum_server_jobs",
                       "Jobs whose partitions this shard holds.")),
       checkpoint_seconds(r.AddHistogram(
@@ -107,6 +113,8 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
   }
   jobs.WithLabels().Set(0);
   streams.WithLabels().Set(0);
+  shm_streams.WithLabels({"mapped"});
+  shm_streams.WithLabels({"refused"});
 }
 
 ShardMetrics::Job ShardMetrics::ForJob(const std::string& job_id) {

@@ -36,7 +36,8 @@ struct fulcrum_worker {
   int64_t samples_reported = 0;
 
   std::unique_ptr<fulcrum::CoordinatorLink> link;
-  fulcrum::GrpcChannelFactory channels;
+  fulcrum::GrpcChannelFactory channels{
+      fulcrum::SharedMemoryFromEnvironment()};
   std::string job_id;
   absl::Duration step_timeout = absl::Minutes(5);
   absl::Duration rejoin_timeout = absl::Seconds(60);
