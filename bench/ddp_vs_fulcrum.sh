@@ -5,6 +5,7 @@
 # table of steady-state samples/s with the ratio.
 #
 #   bench/ddp_vs_fulcrum.sh [--workers W] [--shards S] [--runs R] [--steps N]
+#                           [--worker_flags "--shared_memory=false"]
 #
 # Steady state: DDP times steps after a 200-step warm-up inside the run.
 # Fulcrum runs a 200-step job and an N-step job on the same cluster and
@@ -12,13 +13,14 @@
 # the final evaluation cancel out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=2 shards=2 runs=3 steps=2000 warm=200
+workers=2 shards=2 runs=3 steps=2000 warm=200 worker_flags=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
     --shards) shards=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --worker_flags) worker_flags=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -31,7 +33,8 @@ fi
 cluster_build
 run=.fulcrum/bench
 cluster_start "$run" "$shards"
-for i in $(seq "$workers"); do cluster_add_worker "$run" "worker-$i"; done
+# shellcheck disable=SC2086  # the flags are words
+for i in $(seq "$workers"); do cluster_add_worker "$run" "worker-$i" $worker_flags; done
 cluster_wait_members $((workers + shards))
 
 # Runs a job of $1 steps; prints its training seconds and test accuracy.
