@@ -53,7 +53,10 @@ class FrameParamsWriter : public ParamsWriter {
       const ShmSegment* segment, const std::vector<int64_t>* slots)
       : stream_(stream), segment_(segment), slots_(slots) {}
   float* Reserve(int32_t partition, int64_t offset, int64_t count) override {
-    if (segment_ != nullptr) {
+    in_segment_ = segment_ != nullptr && partition >= 0 &&
+                  partition < static_cast<int32_t>(slots_->size()) &&
+                  (*slots_)[partition] >= 0;
+    if (in_segment_) {
       // The worker has read the slot's last contents: it pushed the step
       // these values answer only after they arrived.
       shm_at_ = segment_->params_offset() + (*slots_)[partition] + offset * 4;
@@ -62,24 +65,6 @@ class FrameParamsWriter : public ParamsWriter {
     return reinterpret_cast<float*>(frame_.Reserve(count * sizeof(float)));
   }
   bool Send(const ParamsHeader& h) override {
-    if (segment_ != nullptr) {
-      v1::Params* p = frame_.message.mutable_params();
-      p->set_partition(h.partition);
-      p->set_offset(h.offset);
-      p->set_version(h.version);
-      p->set_clock(h.clock);
-      p->set_stop(h.stop);
-      p->set_encoding(static_cast<v1::Encoding>(h.encoding));
-      char* data = segment_->at(shm_at_);
-      if (h.encoding != WireEncoding::kFp32) {
-        EncodeRun(h.encoding, reinterpret_cast<const float*>(data), h.count,
-                  data);
-      }
-      p->mutable_shm()->set_offset(shm_at_);
-      p->mutable_shm()->set_bytes(h.count * ElementBytes(h.encoding));
-      frame_.out_bytes = 0;
-      return stream_->Write(frame_);
-    }
     v1::Params* p = frame_.message.mutable_params();
     p->set_partition(h.partition);
     p->set_offset(h.offset);
@@ -87,11 +72,19 @@ class FrameParamsWriter : public ParamsWriter {
     p->set_clock(h.clock);
     p->set_stop(h.stop);
     p->set_encoding(static_cast<v1::Encoding>(h.encoding));
+    char* data = in_segment_ ? segment_->at(shm_at_) : frame_.out_data;
     if (h.encoding != WireEncoding::kFp32) {
-      char* data = frame_.out_data;
       EncodeRun(h.encoding, reinterpret_cast<const float*>(data), h.count,
                 data);
-      frame_.out_bytes = h.count * ElementBytes(h.encoding);
+    }
+    const int64_t bytes = h.count * ElementBytes(h.encoding);
+    if (in_segment_) {
+      p->mutable_shm()->set_offset(shm_at_);
+      p->mutable_shm()->set_bytes(bytes);
+      frame_.out_bytes = 0;
+    } else {
+      p->clear_shm();
+      frame_.out_bytes = bytes;
     }
     return stream_->Write(frame_);
   }
@@ -100,7 +93,8 @@ class FrameParamsWriter : public ParamsWriter {
   grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* const stream_;
   const ShmSegment* const segment_;
   const std::vector<int64_t>* const slots_;
-  int64_t shm_at_ = 0;  // Reserve's slot, for Send
+  bool in_segment_ = false;  // Reserve's room is in the segment
+  int64_t shm_at_ = 0;       // and at this offset, for Send
   ResponseFrame frame_;
 };
 
