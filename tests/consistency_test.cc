@@ -69,6 +69,16 @@ TEST(ConsistencyTest, SspWithZeroStalenessEqualsSync) {
   EXPECT_EQ(ssp0.results[0].params, sync.results[0].params);
   EXPECT_EQ(ssp0.results[1].params, sync.results[0].params);
   EXPECT_EQ(Merge(ssp0.staleness).max, 0);
+  // The same through shared memory (where a read's partitions travel in
+  // one message, StreamResponse.more).
+  testing::TrainRun shm = testing::TrainInProcess(
+      Spec("ssp", 0, 20), 2, Stragglers, nullptr, testing::Transport::kShm);
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_EQ(shm.errors[w], "");
+    EXPECT_EQ(shm.results[w].params, sync.results[0].params);
+  }
+  EXPECT_GE(shm.shm_mapped, 2);
+  EXPECT_EQ(shm.shm_refused, 0);
 }
 
 class SspBoundTest : public ::testing::TestWithParam<int> {};

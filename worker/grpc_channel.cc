@@ -236,12 +236,40 @@ void GrpcParameterChannel::Push(int32_t id, int64_t step, int64_t samples,
   s->queue.push_back({id, step, samples, grads, stop, range});
 }
 
+namespace {
+
+// Pushes of one message at most, with shared memory (StreamRequest.more).
+constexpr int kMaxBatchedPushes = 64;
+
+// Every field of `push` but the payload's (data, shm, indices): those of
+// `item`'s chunk at `offset`. Indices and shm cleared.
+void FillPush(const QueuedPush& item, int64_t offset, WireEncoding encoding,
+              v1::Push* push) {
+  push->set_step(item.step);
+  push->set_partition(item.id);
+  push->set_offset(offset);
+  push->set_samples(item.samples);
+  push->set_stop(item.stop);
+  push->set_encoding(static_cast<v1::Encoding>(encoding));
+  if (item.range.chunk >= 0 && item.samples > 0) {
+    v1::DataRange* r = push->mutable_range();
+    r->set_chunk(item.range.chunk);
+    r->set_begin(item.range.begin);
+    r->set_end(item.range.end);
+  } else {
+    push->clear_range();
+  }
+  push->clear_indices();
+  push->clear_shm();
+}
+
+}  // namespace
+
 void GrpcParameterChannel::SendLoop(Stream* s) {
   std::vector<QueuedPush> batch;
   batch.reserve(layout_->partitions().size() * 4);
   RequestFrame request;
   request.pins = &pins_;
-  v1::Push* push = request.message.mutable_push();
   const WireEncoding encoding = encoder_->encoding();
   std::shared_ptr<Connection> conn;
   const ShmSegment* shm = nullptr;  // conn's, when mapped (conn holds it)
@@ -265,55 +293,58 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
       shm = conn->shm_state == ShmState::kMapped ? conn->shm.get() : nullptr;
       s->sent.insert(s->sent.end(), batch.begin(), batch.end());
     }
+    // Over TCP each chunk is a message; with shared memory a batch's pushes
+    // go in one (push, then more[]): one wake-up of the shard.
+    int held = 0;
+    auto flush = [&] {
+      if (held == 0) return true;
+      held = 0;
+      request.out_bytes = 0;
+      const bool written = conn->rw->Write(request);
+      request.message.clear_more();
+      return written;
+    };
     bool ok = true;
     for (const QueuedPush& item : batch) {
       const Partition& p = layout_->partitions()[item.id];
-      push->set_step(item.step);
-      push->set_partition(item.id);
-      push->set_samples(item.samples);
-      push->set_stop(item.stop);
-      push->set_encoding(static_cast<v1::Encoding>(encoding));
-      if (item.range.chunk >= 0 && item.samples > 0) {
-        v1::DataRange* r = push->mutable_range();
-        r->set_chunk(item.range.chunk);
-        r->set_begin(item.range.begin);
-        r->set_end(item.range.end);
-      } else {
-        push->clear_range();
-      }
       // A failed write: the receiver reconnects and re-queues `sent`.
       ok = ForEachChunk(p, item.samples, chunk_elems_,
                         [&](int64_t offset, int64_t n) {
-                          push->set_offset(offset);
-                          if (n == 0) {  // an empty push
-                            request.out_bytes = 0;
-                            push->clear_indices();
-                            push->clear_shm();
-                            return conn->rw->Write(request);
-                          }
-                          const GradientEncoder::Chunk c = encoder_->Encode(
-                              item.id, offset, n, item.grads, item.step,
-                              options_.generation);
-                          push->set_indices(c.indices.data(), c.indices.size());
-                          if (shm != nullptr) {
-                            // The slot is free: the shard consumed its last
-                            // contents before answering the previous step,
-                            // whose parameters this step was computed from.
-                            const int64_t at = shm->grad_offset() +
-                                               s->grad_slot[item.id] +
-                                               offset * 4;
-                            std::memcpy(shm->at(at), c.data, c.bytes);
-                            v1::ShmRef* ref = push->mutable_shm();
-                            ref->set_offset(at);
-                            ref->set_bytes(static_cast<int64_t>(c.bytes));
-                            request.out_bytes = 0;
-                          } else {
-                            request.out = c.data;
-                            request.out_bytes = c.bytes;
-                          }
-                          return conn->rw->Write(request);
-                        });
+        v1::Push* push = shm != nullptr && held > 0
+                             ? request.message.add_more()
+                             : request.message.mutable_push();
+        FillPush(item, offset, encoding, push);
+        GradientEncoder::Chunk c;
+        if (n > 0) {
+          c = encoder_->Encode(item.id, offset, n, item.grads, item.step,
+                               options_.generation);
+          push->set_indices(c.indices.data(), c.indices.size());
+        }
+        if (shm == nullptr) {
+          request.out = c.data;
+          request.out_bytes = c.bytes;
+          return conn->rw->Write(request);
+        }
+        if (n > 0) {
+          // The slot is free: the shard consumed its last contents before
+          // answering the previous step, whose parameters this step was
+          // computed from.
+          const int64_t at =
+              shm->grad_offset() + s->grad_slot[item.id] + offset * 4;
+          std::memcpy(shm->at(at), c.data, c.bytes);
+          v1::ShmRef* ref = push->mutable_shm();
+          ref->set_offset(at);
+          ref->set_bytes(static_cast<int64_t>(c.bytes));
+        }
+        return ++held < kMaxBatchedPushes || flush();
+      });
       if (!ok) break;
+    }
+    if (ok) {
+      flush();  // a failed write: as above
+    } else {
+      request.message.clear_more();
+      held = 0;
     }
     batch.clear();
   }
@@ -335,37 +366,52 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
                        "parse: ", response.parse_error.error_message())));
       return false;
     }
-    const v1::Params& p = response.message.params();
-    const int32_t id = p.partition();
-    if (id < 0 || id >= static_cast<int32_t>(stream_of_partition_.size()) ||
-        stream_of_partition_[id] < 0 ||
-        streams_[stream_of_partition_[id]].get() != s) {
-      arrivals_.Fail(absl::InternalError(absl::StrCat(
-          "shard ", s->shard, " sent unknown partition ", id)));
-      return false;
-    }
-    const Partition& part = layout_->partitions()[id];
-    Payload in_segment;
-    if (!ShmPayload(s, conn, response, &in_segment)) return false;
-    const Payload& data = p.has_shm() ? in_segment : response.data;
-    const int64_t n = data.elements();
-    if (p.offset() < 0 || p.offset() + n > part.size ||
-        data.bytes() % ElementBytes(data.encoding()) != 0) {
-      arrivals_.Fail(absl::InternalError(absl::StrCat(
-          "shard ", s->shard, " sent a bad chunk of partition ", id)));
-      return false;
-    }
+    if (!Apply(s, conn, response.message.params(), response.data)) return false;
     *answered = true;
-    Decode(data, params_ + part.offset + p.offset());
-    arrivals_.Received(id, n, p.clock(), p.stop());
+    for (const v1::Params& more : response.message.more()) {
+      if (!more.has_shm() || !more.data().empty()) {
+        arrivals_.Fail(absl::InternalError(absl::StrCat(
+            "shard ", s->shard, " sent more[] parameters that are not in the "
+            "shared-memory segment")));
+        return false;
+      }
+      if (!Apply(s, conn, more, Payload())) return false;
+    }
   }
   return true;
 }
 
+bool GrpcParameterChannel::Apply(Stream* s, Connection& conn,
+                                 const v1::Params& p,
+                                 const Payload& inline_data) {
+  const int32_t id = p.partition();
+  if (id < 0 || id >= static_cast<int32_t>(stream_of_partition_.size()) ||
+      stream_of_partition_[id] < 0 ||
+      streams_[stream_of_partition_[id]].get() != s) {
+    arrivals_.Fail(absl::InternalError(absl::StrCat(
+        "shard ", s->shard, " sent unknown partition ", id)));
+    return false;
+  }
+  const Partition& part = layout_->partitions()[id];
+  Payload in_segment;
+  if (!ShmPayload(s, conn, p, inline_data, &in_segment)) return false;
+  const Payload& data = p.has_shm() ? in_segment : inline_data;
+  const int64_t n = data.elements();
+  if (p.offset() < 0 || p.offset() + n > part.size ||
+      data.bytes() % ElementBytes(data.encoding()) != 0) {
+    arrivals_.Fail(absl::InternalError(absl::StrCat(
+        "shard ", s->shard, " sent a bad chunk of partition ", id)));
+    return false;
+  }
+  Decode(data, params_ + part.offset + p.offset());
+  arrivals_.Received(id, n, p.clock(), p.stop());
+  return true;
+}
+
 bool GrpcParameterChannel::ShmPayload(Stream* s, Connection& conn,
-                                      const ResponseFrame& response,
+                                      const v1::Params& p,
+                                      const Payload& inline_data,
                                       Payload* out) {
-  const v1::Params& p = response.message.params();
   absl::Status error;
   {
     absl::MutexLock lock(&s->mu);
@@ -384,7 +430,7 @@ bool GrpcParameterChannel::ShmPayload(Stream* s, Connection& conn,
       }
     }
     if (!p.has_shm()) return true;
-    if (conn.shm_state != ShmState::kMapped || response.data.bytes() != 0) {
+    if (conn.shm_state != ShmState::kMapped || inline_data.bytes() != 0) {
       error = absl::InternalError(absl::StrCat(
           "shard ", s->shard, " sent params.shm on a stream whose segment it ",
           "did not map, or with params.data"));

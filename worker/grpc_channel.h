@@ -89,11 +89,16 @@ class GrpcParameterChannel : public ParameterChannel {
   // Creates the connection's segment and offers it in `hello` when the
   // shard is on this host (and shared memory is on).
   void OfferSharedMemory(Stream* s, Connection& conn, v1::Hello* hello);
+  // Checks one Params (`inline_data`: its params.data, if any) and decodes
+  // it into the parameter buffer. false: the shard sent nonsense (the
+  // channel failed).
+  bool Apply(Stream* s, Connection& conn, const v1::Params& p,
+             const Payload& inline_data);
   // The Params' payload in the segment (params.shm) into *out; learns from
   // the connection's first Params whether the shard mapped it. false: the
   // shard sent nonsense (the channel failed).
-  bool ShmPayload(Stream* s, Connection& conn, const ResponseFrame& response,
-                  Payload* out);
+  bool ShmPayload(Stream* s, Connection& conn, const v1::Params& p,
+                  const Payload& inline_data, Payload* out);
 
   const ChannelOptions options_;
   const ConfigureContext configure_;

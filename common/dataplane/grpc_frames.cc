@@ -94,9 +94,11 @@ constexpr uint8_t Tag(int field, uint8_t wire_type) {
   return static_cast<uint8_t>((field << 3) | wire_type);
 }
 // Field numbers (parameter_server.proto).
-constexpr int kRequestHello = 1, kRequestPush = 2, kPushData = 6,
+constexpr int kRequestHello = 1, kRequestPush = 2, kRequestMore = 3,
+              kPushData = 6,
               kPushRange = 8, kPushIndices = 9, kPushShm = 10,
-              kResponseParams = 1, kParamsData = 5, kParamsShm = 8;
+              kResponseParams = 1, kResponseMore = 2, kParamsData = 5,
+              kParamsShm = 8;
 
 void PutVarint(uint64_t v, std::string* out) {
   while (v >= 0x80) {
@@ -133,6 +135,15 @@ std::string Prefix(uint8_t outer_tag, const std::string& inner,
   return out;
 }
 
+// A length-delimited field `field` holding `m`, appended to *out.
+void AppendMessage(int field, const google::protobuf::Message& m,
+                   std::string* out) {
+  const std::string bytes = m.SerializeAsString();
+  out->push_back(static_cast<char>(Tag(field, kLengthDelimited)));
+  PutVarint(bytes.size(), out);
+  *out += bytes;
+}
+
 grpc::Status Serialize(const std::string& prefix, grpc::Slice data,
                        size_t data_bytes, grpc::ByteBuffer* out) {
   grpc::Slice slices[2] = {grpc::Slice(prefix), std::move(data)};
@@ -151,10 +162,17 @@ grpc::Status SerializeFrame(const RequestFrame& frame, grpc::ByteBuffer* out) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         "push.data must be sent out of line (frame.out)");
   }
-  const std::string prefix =
-      Prefix(Tag(kRequestPush, kLengthDelimited),
-             frame.message.push().SerializeAsString(),
-             Tag(kPushData, kLengthDelimited), frame.out_bytes);
+  std::string prefix;
+  for (const v1::Push& more : frame.message.more()) {
+    if (!more.data().empty()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          "more[] pushes travel in shared memory only");
+    }
+    AppendMessage(kRequestMore, more, &prefix);
+  }
+  prefix += Prefix(Tag(kRequestPush, kLengthDelimited),
+                   frame.message.push().SerializeAsString(),
+                   Tag(kPushData, kLengthDelimited), frame.out_bytes);
   if (frame.out_bytes == 0) return Serialize(prefix, grpc::Slice(), 0, out);
   grpc::Slice data =
       frame.pins != nullptr
@@ -169,10 +187,17 @@ grpc::Status SerializeFrame(const ResponseFrame& frame,
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         "params.data must be sent out of line (frame.out)");
   }
-  const std::string prefix =
-      Prefix(Tag(kResponseParams, kLengthDelimited),
-             frame.message.params().SerializeAsString(),
-             Tag(kParamsData, kLengthDelimited), frame.out_bytes);
+  std::string prefix;
+  for (const v1::Params& more : frame.message.more()) {
+    if (!more.data().empty()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          "more[] parameters travel in shared memory only");
+    }
+    AppendMessage(kResponseMore, more, &prefix);
+  }
+  prefix += Prefix(Tag(kResponseParams, kLengthDelimited),
+                   frame.message.params().SerializeAsString(),
+                   Tag(kParamsData, kLengthDelimited), frame.out_bytes);
   if (frame.out_bytes == 0) return Serialize(prefix, grpc::Slice(), 0, out);
   grpc::Slice data = frame.out_data == frame.small
                          ? grpc::Slice(frame.small, frame.out_bytes)
@@ -416,6 +441,8 @@ grpc::Status ParseFrame(grpc::ByteBuffer* in, RequestFrame* frame) {
       return Length(r, r.size(), &end) &&
              ParsePush(r, end, frame->message.mutable_push(), &frame->data);
     }
+    if (field == kRequestMore && wt == kLengthDelimited)
+      return Submessage(r, r.size(), frame->message.add_more());
     return r.Skip(wt);
   });
   // A hello's push().encoding() is 0: fp32.
@@ -433,6 +460,8 @@ grpc::Status ParseFrame(grpc::ByteBuffer* in, ResponseFrame* frame) {
              ParseParams(r, end, frame->message.mutable_params(),
                          &frame->data);
     }
+    if (field == kResponseMore && wt == kLengthDelimited)
+      return Submessage(r, r.size(), frame->message.add_more());
     return r.Skip(wt);
   });
   return Settle(frame, ok, "fulcrum.v1.StreamResponse",

@@ -161,6 +161,61 @@ TEST(GrpcFramesTest, HelloAndParamsRoundTrip) {
   EXPECT_EQ(back[2], 3.25f);
 }
 
+// Shared memory batches: more[] pushes and parameters travel after the
+// first, are plain protobuf on the wire, and may not carry data.
+TEST(GrpcFramesTest, BatchedPushesAndParamsRoundTrip) {
+  RequestFrame out;
+  out.message = APush();
+  out.message.mutable_push()->mutable_shm()->set_offset(64);
+  out.message.mutable_push()->mutable_shm()->set_bytes(128);
+  for (int i = 0; i < 2; ++i) {
+    v1::Push* more = out.message.add_more();
+    more->set_partition(4 + i);
+    more->mutable_shm()->set_offset(1024 * (i + 1));
+    more->mutable_shm()->set_bytes(16);
+  }
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(SerializeFrame(out, &bb).ok());
+  v1::StreamRequest as_proto;
+  ASSERT_TRUE(as_proto.ParseFromString(Bytes(bb)));
+  EXPECT_EQ(as_proto.more_size(), 2);
+  EXPECT_EQ(as_proto.push().shm().bytes(), 128);
+  RequestFrame in;
+  ASSERT_TRUE(ParseFrame(&bb, &in).ok());
+  EXPECT_EQ(in.message.push().step(), 41);
+  EXPECT_EQ(in.message.push().shm().offset(), 64);
+  ASSERT_EQ(in.message.more_size(), 2);
+  EXPECT_EQ(in.message.more(1).partition(), 5);
+  EXPECT_EQ(in.message.more(1).shm().offset(), 2048);
+  EXPECT_EQ(in.data.bytes(), 0u);
+
+  ResponseFrame params;
+  params.message.mutable_params()->set_partition(1);
+  params.message.mutable_params()->mutable_shm()->set_bytes(8);
+  params.message.add_more()->set_partition(2);
+  params.message.add_more()->set_partition(3);
+  ASSERT_TRUE(SerializeFrame(params, &bb).ok());
+  ResponseFrame got;
+  ASSERT_TRUE(ParseFrame(&bb, &got).ok());
+  EXPECT_EQ(got.message.params().partition(), 1);
+  EXPECT_EQ(got.message.params().shm().bytes(), 8);
+  ASSERT_EQ(got.message.more_size(), 2);
+  EXPECT_EQ(got.message.more(1).partition(), 3);
+
+  // Reused frames start empty.
+  out.message.clear_more();
+  ASSERT_TRUE(SerializeFrame(out, &bb).ok());
+  ASSERT_TRUE(ParseFrame(&bb, &in).ok());
+  EXPECT_EQ(in.message.more_size(), 0);
+
+  // Payload bytes in more[] are refused: they go through the segment.
+  params.message.mutable_more(0)->set_data("abcd");
+  EXPECT_EQ(SerializeFrame(params, &bb).error_code(),
+            grpc::StatusCode::INTERNAL);
+  out.message.add_more()->set_data("abcd");
+  EXPECT_EQ(SerializeFrame(out, &bb).error_code(), grpc::StatusCode::INTERNAL);
+}
+
 TEST(GrpcFramesTest, MalformedBytesAreAClearErrorAndLeaveNothing) {
   std::string bytes = APush().SerializeAsString();
   for (size_t cut = 1; cut < bytes.size(); ++cut) {

@@ -287,6 +287,14 @@ NonFiniteUpdate JobShard::LastNonFinite() const {
   return nonfinite_;
 }
 
+bool JobShard::HasVersion(int32_t partition, int64_t version,
+                          int64_t generation) {
+  PartitionState* p = Find(partition);
+  if (p == nullptr) return false;
+  absl::MutexLock lock(&p->mu);
+  return p->version >= version && p->generation == generation;
+}
+
 absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
                                       int64_t generation, absl::Time deadline,
                                       const std::function<bool()>& cancelled,

@@ -140,6 +140,10 @@ class JobShard {
                               const std::function<bool()>& cancelled,
                               int member = -1);
 
+  // Whether `partition` (held here) is at `version` or later now, in
+  // `generation`: a WaitForVersion that would return at once.
+  bool HasVersion(int32_t partition, int64_t version, int64_t generation);
+
   // Copies elements [offset, offset + n) of `partition` with its version and
   // whether a worker asked to stop at that version.
   absl::Status Read(int32_t partition, int64_t offset, int64_t n, float* out,

@@ -78,15 +78,35 @@ class FrameParamsWriter : public ParamsWriter {
                 data);
     }
     const int64_t bytes = h.count * ElementBytes(h.encoding);
-    if (in_segment_) {
-      p->mutable_shm()->set_offset(shm_at_);
-      p->mutable_shm()->set_bytes(bytes);
-      frame_.out_bytes = 0;
-    } else {
+    if (!in_segment_) {
+      if (held_ > 0) {  // (not expected: every partition has a slot)
+        const v1::Params current = *p;
+        *p = first_;
+        held_ = 0;
+        const bool sent = stream_->Write(frame_);
+        frame_.message.clear_more();
+        *p = current;
+        if (!sent) return false;
+      }
       p->clear_shm();
       frame_.out_bytes = bytes;
+      return stream_->Write(frame_);
     }
-    return stream_->Write(frame_);
+    p->mutable_shm()->set_offset(shm_at_);
+    p->mutable_shm()->set_bytes(bytes);
+    frame_.out_bytes = 0;
+    // Values in the segment: what follows at once goes in the same message
+    // (StreamResponse.more), one wake-up of the worker's receiver.
+    if (held_ > 0) *frame_.message.add_more() = *p;
+    if (h.more && ++held_ < kMaxHeld) {
+      if (held_ == 1) first_ = *p;
+      return true;
+    }
+    if (held_ > 0) *p = first_;  // the first held leads, the rest follow
+    held_ = 0;
+    const bool sent = stream_->Write(frame_);
+    frame_.message.clear_more();
+    return sent;
   }
 
  private:
@@ -95,27 +115,32 @@ class FrameParamsWriter : public ParamsWriter {
   const std::vector<int64_t>* const slots_;
   bool in_segment_ = false;  // Reserve's room is in the segment
   int64_t shm_at_ = 0;       // and at this offset, for Send
+  // Params held for one message (ParamsHeader::more): the first, and the
+  // others in frame_.message.more.
+  static constexpr int kMaxHeld = 64;
+  int held_ = 0;
+  v1::Params first_;
   ResponseFrame frame_;
 };
 
-// The wire's push as the core's chunk; `frame` (and `segment`, when it
-// carries push.shm) must outlive `out`. A push.shm outside the gradient
+// The wire's push (its data, if any, in `inline_data`) as the core's chunk;
+// `push`, `inline_data` (and `segment`, when it carries push.shm) must
+// outlive `out`. A push.shm outside the gradient
 // region, on a stream without a mapped segment, or beside push.data is
 // INVALID_ARGUMENT (the core checks the rest, as for push.data).
-absl::Status FromFrame(const RequestFrame& frame, const ShmSegment* segment,
-                       PushChunk* out) {
-  const v1::Push& push = frame.message.push();
+absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
+                      const ShmSegment* segment, PushChunk* out) {
   out->step = push.step();
   out->partition = push.partition();
   out->offset = push.offset();
   out->samples = push.samples();
-  out->data = frame.data;  // push.encoding's, checked by the parse
+  out->data = inline_data;  // push.encoding's, checked by the parse
   if (push.has_shm()) {
     if (segment == nullptr) {
       return absl::InvalidArgumentError(
           "push.shm on a stream without a mapped shared-memory segment");
     }
-    if (frame.data.bytes() != 0) {
+    if (inline_data.bytes() != 0) {
       return absl::InvalidArgumentError(
           "push.shm and push.data both set: the payload is one or the other");
     }
@@ -338,9 +363,29 @@ absl::Status ParameterServerService::ServeStream(
       return absl::InvalidArgumentError(
           "hello may only be the first message of a stream");
     }
+    // more[]: pushes of the same batch, through the segment (checked
+    // before any of the message is applied).
+    if (request.message.more_size() > 0) {
+      if (segment == nullptr) {
+        return absl::InvalidArgumentError(
+            "more[] pushes on a stream without a mapped shared-memory "
+            "segment");
+      }
+      for (const v1::Push& more : request.message.more()) {
+        if (!more.data().empty()) {
+          return absl::InvalidArgumentError(
+              "more[].data is set: more[] pushes travel in the segment");
+        }
+      }
+    }
     PushChunk chunk;
-    RETURN_IF_ERROR(FromFrame(request, segment.get(), &chunk));
+    RETURN_IF_ERROR(FromPush(request.message.push(), request.data,
+                             segment.get(), &chunk));
     RETURN_IF_ERROR(worker->Push(chunk));
+    for (const v1::Push& more : request.message.more()) {
+      RETURN_IF_ERROR(FromPush(more, Payload(), segment.get(), &chunk));
+      RETURN_IF_ERROR(worker->Push(chunk));
+    }
   }
   if (context->IsCancelled()) {
     return absl::DeadlineExceededError(absl::StrCat(

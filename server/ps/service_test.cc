@@ -345,6 +345,46 @@ TEST_F(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
     EXPECT_EQ(Pull(), before) << "a rejected push changed the parameters";
   }
 
+  // more[] pushes without a mapped segment, or with data: refused before
+  // any push of the message is applied.
+  {
+    v1::Push good = GoodPush();
+    v1::StreamRequest r;
+    const std::vector<float> before = Pull();
+    for (bool with_segment : {false, true}) {
+      auto seg = ShmSegment::Create(144, 144);
+      ASSERT_TRUE(seg.ok());
+      grpc::ClientContext context;
+      SetTimeout(&context, std::chrono::seconds(10));
+      auto rw = stub_->Stream(&context);
+      r.Clear();
+      r.mutable_hello()->set_job_id("job-1");
+      r.mutable_hello()->set_worker_id("w-1");
+      r.mutable_hello()->set_generation(1);
+      if (with_segment) {
+        r.mutable_hello()->mutable_shm()->set_name((*seg)->name());
+        r.mutable_hello()->mutable_shm()->set_nonce((*seg)->nonce());
+      }
+      rw->Write(r);
+      r.Clear();
+      *r.mutable_push() = good;  // valid on its own, inline
+      v1::Push* more = r.add_more();
+      *more = good;
+      if (!with_segment) more->clear_data();  // else: data in more[]
+      rw->Write(r);
+      rw->WritesDone();
+      v1::StreamResponse ignored;
+      while (rw->Read(&ignored)) {
+      }
+      const grpc::Status status = rw->Finish();
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << status.error_message();
+      EXPECT_NE(status.error_message().find("more[]"), std::string::npos)
+          << status.error_message();
+    }
+    EXPECT_EQ(Pull(), before) << "a rejected message changed the parameters";
+  }
+
   // Shared memory off: refused, values inline.
   TearDown();
   shard_.EndJob("job-1");

@@ -10,9 +10,10 @@ namespace {
 
 // Every chunk of `partition`'s current values; clock < 0: its version.
 // Counts the bytes in `pulled` (may be null).
+// more: another partition follows at once (ParamsHeader::more).
 absl::Status SendOne(JobShard& job, int32_t partition, int64_t clock,
                      WireEncoding encoding, ParamsWriter* writer,
-                     metrics::Counter* pulled) {
+                     metrics::Counter* pulled, bool more = false) {
   const int64_t size = job.PartitionSize(partition);
   const int64_t chunk = job.chunk_elems();
   for (int64_t offset = 0; offset < size; offset += chunk) {
@@ -21,6 +22,7 @@ absl::Status SendOne(JobShard& job, int32_t partition, int64_t clock,
     h.offset = offset;
     h.count = std::min(chunk, size - offset);
     h.encoding = encoding;
+    h.more = more || offset + h.count < size;
     float* out = writer->Reserve(partition, offset, h.count);
     RETURN_IF_ERROR(
         job.Read(partition, offset, h.count, out, &h.version, &h.stop));
@@ -78,8 +80,9 @@ absl::StatusOr<std::unique_ptr<WorkerStream>> WorkerStream::Open(
   JobShard& j = *stream->job_;
   const int64_t clock =
       j.mode() == JobShard::Mode::kSync ? -1 : j.clocks().Clock(member);
-  for (int32_t id : j.partition_ids())
-    RETURN_IF_ERROR(stream->SendPartition(id, clock));
+  const std::vector<int32_t>& ids = j.partition_ids();
+  for (size_t i = 0; i < ids.size(); ++i)
+    RETURN_IF_ERROR(stream->SendPartition(ids[i], clock, i + 1 < ids.size()));
   return stream;
 }
 
@@ -105,9 +108,10 @@ WorkerStream::~WorkerStream() {
     job_->clocks().Finish(member_, generation_);
 }
 
-absl::Status WorkerStream::SendPartition(int32_t partition, int64_t clock) {
+absl::Status WorkerStream::SendPartition(int32_t partition, int64_t clock,
+                                         bool more) {
   return SendOne(*job_, partition, clock, params_encoding_, writer_,
-                 metrics_.pull_bytes);
+                 metrics_.pull_bytes, more);
 }
 
 absl::Status WorkerStream::Push(PushChunk chunk) {
@@ -141,12 +145,16 @@ absl::Status WorkerStream::AnswerRead(int64_t clock) {
   const bool sync = job_->mode() == JobShard::Mode::kSync;
   absl::Duration waited;
   if (sync) {
-    for (int32_t id : completed_) {
+    for (size_t i = 0; i < completed_.size(); ++i) {
       const absl::Time start = absl::Now();
-      RETURN_IF_ERROR(job_->WaitForVersion(id, clock, generation_, deadline,
-                                           options_.cancelled, member_));
+      RETURN_IF_ERROR(job_->WaitForVersion(completed_[i], clock, generation_,
+                                           deadline, options_.cancelled,
+                                           member_));
       waited += absl::Now() - start;
-      RETURN_IF_ERROR(SendPartition(id, clock));
+      // Held for the next one only when that one is ready too (no wait).
+      const bool more = i + 1 < completed_.size() &&
+                        job_->HasVersion(completed_[i + 1], clock, generation_);
+      RETURN_IF_ERROR(SendPartition(completed_[i], clock, more));
     }
   }
   const absl::Time start = absl::Now();
@@ -160,8 +168,9 @@ absl::Status WorkerStream::AnswerRead(int64_t clock) {
     metrics_.staleness->Observe(static_cast<double>(staleness));
   }
   if (sync) return absl::OkStatus();
-  for (int32_t id : job_->partition_ids())
-    RETURN_IF_ERROR(SendPartition(id, clock));
+  const std::vector<int32_t>& ids = job_->partition_ids();
+  for (size_t i = 0; i < ids.size(); ++i)
+    RETURN_IF_ERROR(SendPartition(ids[i], clock, i + 1 < ids.size()));
   return absl::OkStatus();
 }
 

@@ -41,6 +41,10 @@ struct ParamsHeader {
   // How the values travel (the job's wire.parameters; Pull: fp32). The
   // writer narrows what Reserve returned when it is not fp32.
   WireEncoding encoding = WireEncoding::kFp32;
+  // Another Send follows without a wait in between: the writer may hold
+  // this one and send both in one message (one wake-up of the reader).
+  // Never set on the last Send before a wait or the end.
+  bool more = false;
 };
 
 // The transport's half of a stream: where parameters go.
@@ -104,7 +108,9 @@ class WorkerStream {
   WorkerStream(std::shared_ptr<JobShard> job, int member, int64_t generation,
                Options options, ParamsWriter* writer);
   // Every chunk of `partition`'s current values; clock < 0: its version.
-  absl::Status SendPartition(int32_t partition, int64_t clock);
+  // more: another partition follows at once (ParamsHeader::more).
+  absl::Status SendPartition(int32_t partition, int64_t clock,
+                             bool more = false);
   absl::Status AnswerRead(int64_t clock);
 
   const std::shared_ptr<JobShard> job_;
