@@ -24,7 +24,9 @@
 // (common/dataplane/shm_segment.h) with a slot for every partition's
 // gradient and parameters and offers it in the hello. Once the shard's
 // first Params says it mapped it, pushes are copied into their slot and the
-// message carries only where (push.shm); parameters arrive the same way.
+// message carries only where (push.shm) - every push the sender takes from
+// its queue at once in one message (StreamRequest.more); parameters arrive
+// the same way (StreamResponse.more).
 // Slots are reused without locks: the protocol orders them (a step's
 // gradient is written after the previous step's parameters arrived, which
 // the shard sends after it consumed the previous push). A shard that does

@@ -43,7 +43,9 @@ class GrpcParamsWriter : public ParamsWriter {
 // Params frames written to the data-plane stream: the values are read once,
 // into a fresh slice (narrowed there when the job sends bf16), and leave
 // from it - or, on a stream with a mapped segment, into the partition's
-// slot of its parameter region, and the frame says where (params.shm).
+// slot of its parameter region, and the frame says where (params.shm);
+// there Sends marked `more` are held and go out in one message with the
+// next (StreamResponse.more).
 class FrameParamsWriter : public ParamsWriter {
  public:
   // `segment` (may be null: TCP) and `slots` (bytes from the parameter
