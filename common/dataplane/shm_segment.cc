@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -94,6 +95,14 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(
     int64_t grad_bytes, int64_t params_bytes) {
   if (grad_bytes < 0 || params_bytes < 0)
     return absl::InvalidArgumentError("negative shared-memory region");
+  // One stream may not take the host's shared memory from everyone else
+  // (other streams, PyTorch's data loaders): at most half of what is free.
+  if (absl::Status fits =
+          FitsIn("/dev/shm", kHeaderBytes + RoundUp(grad_bytes) +
+                                 RoundUp(params_bytes));
+      !fits.ok()) {
+    return fits;
+  }
   std::unique_ptr<ShmSegment> s(new ShmSegment());
   char random[8 + kNonceBytes];
   if (!RandomBytes(random, sizeof(random)))
@@ -218,6 +227,19 @@ absl::StatusOr<const char*> ShmSegment::Grad(int64_t offset, int64_t bytes,
 absl::StatusOr<const char*> ShmSegment::Params(int64_t offset, int64_t bytes,
                                                const char* field) const {
   return Region(*this, params_offset_, params_bytes_, offset, bytes, field);
+}
+
+absl::Status ShmSegment::FitsIn(const std::string& dir, int64_t bytes) {
+  struct statvfs st;
+  if (statvfs(dir.c_str(), &st) != 0) return Errno("looking at", dir);
+  const int64_t free_bytes = static_cast<int64_t>(st.f_bavail) *
+                             static_cast<int64_t>(st.f_frsize);
+  if (bytes > free_bytes / 2) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a segment of ", bytes, " bytes would take more than half of the ",
+        free_bytes, " bytes free in ", dir));
+  }
+  return absl::OkStatus();
 }
 
 int ShmSegment::SweepStale(absl::Duration min_age, const std::string& dir) {

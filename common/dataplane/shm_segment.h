@@ -36,8 +36,13 @@ class ShmSegment {
   static constexpr int kNonceBytes = 16;
 
   // A new segment with regions of at least the given sizes (worker side).
+  // RESOURCE_EXHAUSTED when it would take more than half of /dev/shm's free
+  // space (FitsIn) or the pages cannot be reserved.
   static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(
       int64_t grad_bytes, int64_t params_bytes);
+  // OK when `bytes` are at most half of the space free in `dir` now;
+  // RESOURCE_EXHAUSTED saying how much is free otherwise.
+  static absl::Status FitsIn(const std::string& dir, int64_t bytes);
   // Maps the segment `name` if it passes every check above, then unlinks
   // the name (shard side). INVALID_ARGUMENT / PERMISSION_DENIED / NOT_FOUND
   // say which check failed.

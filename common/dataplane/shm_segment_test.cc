@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -153,6 +155,26 @@ TEST(ShmSegmentTest, SweepRemovesNamesOfDeadCreatorsOnly) {
   EXPECT_TRUE(Exists(fresh)) << "swept a segment younger than min_age";
   EXPECT_TRUE(Exists((*alive)->name()));
   shm_unlink(fresh.c_str());
+}
+
+// A segment takes at most half of the shared memory free (here measured
+// on the test's own directory, whose free space is what it is).
+TEST(ShmSegmentTest, ASegmentMayNotTakeMoreThanHalfOfWhatIsFree) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string d = dir != nullptr ? dir : "/tmp";
+  struct statvfs st;
+  ASSERT_EQ(statvfs(d.c_str(), &st), 0);
+  const int64_t free_bytes = static_cast<int64_t>(st.f_bavail) * st.f_frsize;
+  ASSERT_GT(free_bytes, 1 << 20);
+  EXPECT_TRUE(ShmSegment::FitsIn(d, 4096).ok());
+  const absl::Status s = ShmSegment::FitsIn(d, free_bytes / 2 + (1 << 20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("more than half"), std::string::npos) << s;
+  EXPECT_EQ(ShmSegment::FitsIn(d + "/no-such-dir", 1).code(),
+            absl::StatusCode::kNotFound);
+  // And Create asks it of /dev/shm.
+  EXPECT_EQ(ShmSegment::Create(int64_t{1} << 50, 0).status().code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST(ShmSegmentTest, IsOnThisHost) {
