@@ -8,6 +8,7 @@
 #include "common/dataplane/shm_segment.h"
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
+#include "server/ps/stream_frames.h"
 #include "server/ps/worker_stream.h"
 
 namespace fulcrum {
@@ -39,129 +40,6 @@ class GrpcParamsWriter : public ParamsWriter {
   Message* const message_;
   v1::Params* const params_;
 };
-
-// Params frames written to the data-plane stream: the values are read once,
-// into a fresh slice (narrowed there when the job sends bf16), and leave
-// from it - or, on a stream with a mapped segment, into the partition's
-// slot of its parameter region, and the frame says where (params.shm);
-// there Sends marked `more` are held and go out in one message with the
-// next (StreamResponse.more).
-class FrameParamsWriter : public ParamsWriter {
- public:
-  // `segment` (may be null: TCP) and `slots` (bytes from the parameter
-  // region's start, by partition id) are not owned.
-  FrameParamsWriter(
-      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
-      const ShmSegment* segment, const std::vector<int64_t>* slots)
-      : stream_(stream), segment_(segment), slots_(slots) {}
-  float* Reserve(int32_t partition, int64_t offset, int64_t count) override {
-    in_segment_ = segment_ != nullptr && partition >= 0 &&
-                  partition < static_cast<int32_t>(slots_->size()) &&
-                  (*slots_)[partition] >= 0;
-    if (in_segment_) {
-      // The worker has read the slot's last contents: it pushed the step
-      // these values answer only after they arrived.
-      shm_at_ = segment_->params_offset() + (*slots_)[partition] + offset * 4;
-      return reinterpret_cast<float*>(segment_->at(shm_at_));
-    }
-    return reinterpret_cast<float*>(frame_.Reserve(count * sizeof(float)));
-  }
-  bool Send(const ParamsHeader& h) override {
-    v1::Params* p = frame_.message.mutable_params();
-    p->set_partition(h.partition);
-    p->set_offset(h.offset);
-    p->set_version(h.version);
-    p->set_clock(h.clock);
-    p->set_stop(h.stop);
-    p->set_encoding(static_cast<v1::Encoding>(h.encoding));
-    char* data = in_segment_ ? segment_->at(shm_at_) : frame_.out_data;
-    if (h.encoding != WireEncoding::kFp32) {
-      EncodeRun(h.encoding, reinterpret_cast<const float*>(data), h.count,
-                data);
-    }
-    const int64_t bytes = h.count * ElementBytes(h.encoding);
-    if (!in_segment_) {
-      if (held_ > 0) {  // (not expected: every partition has a slot)
-        const v1::Params current = *p;
-        *p = first_;
-        held_ = 0;
-        const bool sent = stream_->Write(frame_);
-        frame_.message.clear_more();
-        *p = current;
-        if (!sent) return false;
-      }
-      p->clear_shm();
-      frame_.out_bytes = bytes;
-      return stream_->Write(frame_);
-    }
-    p->mutable_shm()->set_offset(shm_at_);
-    p->mutable_shm()->set_bytes(bytes);
-    frame_.out_bytes = 0;
-    // Values in the segment: what follows at once goes in the same message
-    // (StreamResponse.more), one wake-up of the worker's receiver.
-    if (held_ > 0) *frame_.message.add_more() = *p;
-    if (h.more && ++held_ < kMaxHeld) {
-      if (held_ == 1) first_ = *p;
-      return true;
-    }
-    if (held_ > 0) *p = first_;  // the first held leads, the rest follow
-    held_ = 0;
-    const bool sent = stream_->Write(frame_);
-    frame_.message.clear_more();
-    return sent;
-  }
-
- private:
-  grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* const stream_;
-  const ShmSegment* const segment_;
-  const std::vector<int64_t>* const slots_;
-  bool in_segment_ = false;  // Reserve's room is in the segment
-  int64_t shm_at_ = 0;       // and at this offset, for Send
-  // Params held for one message (ParamsHeader::more): the first, and the
-  // others in frame_.message.more.
-  static constexpr int kMaxHeld = 64;
-  int held_ = 0;
-  v1::Params first_;
-  ResponseFrame frame_;
-};
-
-// The wire's push (its data, if any, in `inline_data`) as the core's chunk;
-// `push`, `inline_data` (and `segment`, when it carries push.shm) must
-// outlive `out`. A push.shm outside the gradient
-// region, on a stream without a mapped segment, or beside push.data is
-// INVALID_ARGUMENT (the core checks the rest, as for push.data).
-absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
-                      const ShmSegment* segment, PushChunk* out) {
-  out->step = push.step();
-  out->partition = push.partition();
-  out->offset = push.offset();
-  out->samples = push.samples();
-  out->data = inline_data;  // push.encoding's, checked by the parse
-  if (push.has_shm()) {
-    if (segment == nullptr) {
-      return absl::InvalidArgumentError(
-          "push.shm on a stream without a mapped shared-memory segment");
-    }
-    if (inline_data.bytes() != 0) {
-      return absl::InvalidArgumentError(
-          "push.shm and push.data both set: the payload is one or the other");
-    }
-    ASSIGN_OR_RETURN(WireEncoding encoding,
-                     EncodingFromProto(push.encoding(), "push.encoding"));
-    ASSIGN_OR_RETURN(const char* bytes,
-                     segment->Grad(push.shm().offset(), push.shm().bytes(),
-                                   "push.shm"));
-    out->data = Payload(bytes, static_cast<size_t>(push.shm().bytes()),
-                        encoding);
-  }
-  out->indices = push.indices();
-  out->stop = push.stop();
-  out->range = push.has_range() ? DataRange{push.range().chunk(),
-                                            push.range().begin(),
-                                            push.range().end()}
-                                : DataRange{};
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -365,21 +243,8 @@ absl::Status ParameterServerService::ServeStream(
       return absl::InvalidArgumentError(
           "hello may only be the first message of a stream");
     }
-    // more[]: pushes of the same batch, through the segment (checked
-    // before any of the message is applied).
-    if (request.message.more_size() > 0) {
-      if (segment == nullptr) {
-        return absl::InvalidArgumentError(
-            "more[] pushes on a stream without a mapped shared-memory "
-            "segment");
-      }
-      for (const v1::Push& more : request.message.more()) {
-        if (!more.data().empty()) {
-          return absl::InvalidArgumentError(
-              "more[].data is set: more[] pushes travel in the segment");
-        }
-      }
-    }
+    // more[]: pushes of the same batch, through the segment.
+    RETURN_IF_ERROR(CheckMore(request.message, segment.get()));
     PushChunk chunk;
     RETURN_IF_ERROR(FromPush(request.message.push(), request.data,
                              segment.get(), &chunk));

@@ -1,0 +1,71 @@
+// The data-plane stream's frames (grpc_frames.h) and the shard core's
+// types, both ways: parameters out through a FrameParamsWriter (in the
+// frame's own slice, or in the stream's shared-memory segment, batched),
+// pushes in as PushChunks (FromPush, CheckMore). The gRPC service drives
+// them; no training logic lives here.
+//
+// Thread safety: a FrameParamsWriter belongs to its stream's handler thread;
+// the functions are pure.
+#ifndef FULCRUM_SERVER_PS_STREAM_FRAMES_H_
+#define FULCRUM_SERVER_PS_STREAM_FRAMES_H_
+
+#include <grpcpp/support/sync_stream.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/dataplane/grpc_frames.h"
+#include "common/dataplane/shm_segment.h"
+#include "server/ps/worker_stream.h"
+
+namespace fulcrum {
+
+// Params frames written to the data-plane stream: the values are read once,
+// into a fresh slice (narrowed there when the job sends bf16), and leave
+// from it - or, on a stream with a mapped segment, into the partition's
+// slot of its parameter region, and the frame says where (params.shm);
+// there Sends marked `more` are held and go out in one message with the
+// next (StreamResponse.more).
+class FrameParamsWriter : public ParamsWriter {
+ public:
+  // `segment` (may be null: TCP) and `slots` (bytes from the parameter
+  // region's start, by partition id) are not owned.
+  FrameParamsWriter(
+      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
+      const ShmSegment* segment, const std::vector<int64_t>* slots)
+      : stream_(stream), segment_(segment), slots_(slots) {}
+  float* Reserve(int32_t partition, int64_t offset, int64_t count) override;
+  bool Send(const ParamsHeader& h) override;
+
+ private:
+  grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* const stream_;
+  const ShmSegment* const segment_;
+  const std::vector<int64_t>* const slots_;
+  bool in_segment_ = false;  // Reserve's room is in the segment
+  int64_t shm_at_ = 0;       // and at this offset, for Send
+  // Params held for one message (ParamsHeader::more): the first, and the
+  // others in frame_.message.more.
+  static constexpr int kMaxHeld = 64;
+  int held_ = 0;
+  v1::Params first_;
+  ResponseFrame frame_;
+};
+
+// The wire's push (its data, if any, in `inline_data`) as the core's chunk;
+// `push`, `inline_data` (and `segment`, when it carries push.shm) must
+// outlive `out`. A push.shm outside the gradient region, on a stream
+// without a mapped segment, or beside push.data is INVALID_ARGUMENT (the
+// core checks the rest, as for push.data).
+absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
+                      const ShmSegment* segment, PushChunk* out);
+
+// A message's more[] pushes may be applied: a mapped segment, no data in
+// any (INVALID_ARGUMENT naming more[] otherwise). Checked before any push
+// of the message is applied.
+absl::Status CheckMore(const v1::StreamRequest& message,
+                       const ShmSegment* segment);
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_SERVER_PS_STREAM_FRAMES_H_
