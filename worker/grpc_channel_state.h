@@ -1,0 +1,71 @@
+// GrpcParameterChannel's per-shard state (private to worker/grpc_channel*.cc):
+// a Stream per shard holding partitions, a Connection per attempt at its
+// gRPC stream, and whether the connection's payloads go through its
+// shared-memory segment. The channel's files: grpc_channel.cc (connecting,
+// re-opening, closing), grpc_channel_send.cc (the sender thread),
+// grpc_channel_receive.cc (checking and decoding what arrives).
+#ifndef FULCRUM_WORKER_GRPC_CHANNEL_STATE_H_
+#define FULCRUM_WORKER_GRPC_CHANNEL_STATE_H_
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/dataplane/shm_segment.h"
+#include "worker/grpc_channel.h"
+
+namespace fulcrum {
+
+// Whether a connection's payloads go through its shared-memory segment.
+enum class ShmState {
+  kNone,     // none offered (TCP)
+  kPending,  // offered; the shard's first Params will say
+  kMapped,   // the shard mapped it: pushes go through it
+  kRefused,  // the shard said no (or the connection ended first): TCP
+};
+
+// One attempt at the stream to a shard.
+struct GrpcParameterChannel::Connection {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<RequestFrame, ResponseFrame>> rw;
+  // Offered in the hello; released once refused. A new connection offers
+  // a new segment, so a slot is never rewritten while a shard's handler of
+  // an older connection may still read it.
+  std::unique_ptr<ShmSegment> shm;
+  ShmState shm_state = ShmState::kNone;  // guarded by the stream's mu
+};
+
+struct GrpcParameterChannel::Stream {
+  int shard = 0;
+  std::vector<int32_t> partitions;
+  // Shared memory: where each partition's gradient goes in a segment's
+  // gradient region (bytes from its start; by partition id, -1: another
+  // stream's), and the region's size (4 bytes an element, each side).
+  std::vector<int64_t> grad_slot;
+  int64_t region_bytes = 0;
+  bool shm_warned = false;  // receiver thread only
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::internal::RpcMethod> method;  // Stream, with frames
+  std::thread sender, receiver;
+  absl::Mutex mu;
+  std::vector<QueuedPush> queue ABSL_GUARDED_BY(mu);  // reserved up front
+  // Pushes of the current step already written: sent again on a new
+  // connection. Cleared when the step's parameters arrived.
+  std::vector<QueuedPush> sent ABSL_GUARDED_BY(mu);
+  // The connection being opened or in use (for Cancel), and the one the
+  // sender writes to (set once hello is written: one writer at a time).
+  std::shared_ptr<Connection> attempt ABSL_GUARDED_BY(mu);
+  std::shared_ptr<Connection> conn ABSL_GUARDED_BY(mu);
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  // The sender has left (after its half-close of the connection it saw):
+  // a connection opened later is half-closed by the receiver itself, or its
+  // Read would wait for a shard that waits for pushes.
+  bool sender_done ABSL_GUARDED_BY(mu) = false;
+  bool receiver_done ABSL_GUARDED_BY(mu) = false;
+};
+
+}  // namespace fulcrum
+
+#endif  // FULCRUM_WORKER_GRPC_CHANNEL_STATE_H_
