@@ -144,6 +144,22 @@ void AppendMessage(int field, const google::protobuf::Message& m,
   *out += bytes;
 }
 
+// The more[] messages (pushes or parameters) as field `field`, appended to
+// *out; INTERNAL if one carries data (they travel in shared memory only).
+template <typename Message>
+grpc::Status AppendMore(
+    int field, const google::protobuf::RepeatedPtrField<Message>& more,
+    std::string* out) {
+  for (const Message& m : more) {
+    if (!m.data().empty()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          "more[] payloads travel in shared memory only");
+    }
+    AppendMessage(field, m, out);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status Serialize(const std::string& prefix, grpc::Slice data,
                        size_t data_bytes, grpc::ByteBuffer* out) {
   grpc::Slice slices[2] = {grpc::Slice(prefix), std::move(data)};
@@ -163,12 +179,9 @@ grpc::Status SerializeFrame(const RequestFrame& frame, grpc::ByteBuffer* out) {
                         "push.data must be sent out of line (frame.out)");
   }
   std::string prefix;
-  for (const v1::Push& more : frame.message.more()) {
-    if (!more.data().empty()) {
-      return grpc::Status(grpc::StatusCode::INTERNAL,
-                          "more[] pushes travel in shared memory only");
-    }
-    AppendMessage(kRequestMore, more, &prefix);
+  if (grpc::Status s = AppendMore(kRequestMore, frame.message.more(), &prefix);
+      !s.ok()) {
+    return s;
   }
   prefix += Prefix(Tag(kRequestPush, kLengthDelimited),
                    frame.message.push().SerializeAsString(),
@@ -188,12 +201,10 @@ grpc::Status SerializeFrame(const ResponseFrame& frame,
                         "params.data must be sent out of line (frame.out)");
   }
   std::string prefix;
-  for (const v1::Params& more : frame.message.more()) {
-    if (!more.data().empty()) {
-      return grpc::Status(grpc::StatusCode::INTERNAL,
-                          "more[] parameters travel in shared memory only");
-    }
-    AppendMessage(kResponseMore, more, &prefix);
+  if (grpc::Status s =
+          AppendMore(kResponseMore, frame.message.more(), &prefix);
+      !s.ok()) {
+    return s;
   }
   prefix += Prefix(Tag(kResponseParams, kLengthDelimited),
                    frame.message.params().SerializeAsString(),

@@ -115,6 +115,31 @@ class BadInputTest : public ::testing::Test {
     return rw->Finish();
   }
 
+  // Opens a stream as w-1 of job-1, sends hello (offering `segment`'s
+  // name and nonce when given) and then `request`; returns the stream's
+  // final status.
+  grpc::Status SendOffering(const ShmSegment* segment,
+                            const v1::StreamRequest& request) {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(10));
+    auto rw = stub_->Stream(&context);
+    v1::StreamRequest hello;
+    hello.mutable_hello()->set_job_id("job-1");
+    hello.mutable_hello()->set_worker_id("w-1");
+    hello.mutable_hello()->set_generation(1);
+    if (segment != nullptr) {
+      hello.mutable_hello()->mutable_shm()->set_name(segment->name());
+      hello.mutable_hello()->mutable_shm()->set_nonce(segment->nonce());
+    }
+    rw->Write(hello);
+    rw->Write(request);
+    rw->WritesDone();
+    v1::StreamResponse ignored;
+    while (rw->Read(&ignored)) {
+    }
+    return rw->Finish();
+  }
+
   static v1::Push GoodPush() {
     v1::Push p;
     p.set_partition(0);
@@ -318,26 +343,12 @@ TEST_F(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
     auto seg = ShmSegment::Create(144, 144);
     ASSERT_TRUE(seg.ok());
     const std::vector<float> before = Pull();
-    grpc::ClientContext context;
-    SetTimeout(&context, std::chrono::seconds(10));
-    auto rw = stub_->Stream(&context);
     v1::StreamRequest r;
-    r.mutable_hello()->set_job_id("job-1");
-    r.mutable_hello()->set_worker_id("w-1");
-    r.mutable_hello()->set_generation(1);
-    r.mutable_hello()->mutable_shm()->set_name((*seg)->name());
-    r.mutable_hello()->mutable_shm()->set_nonce((*seg)->nonce());
-    rw->Write(r);
     *r.mutable_push() = GoodPush();
     if (!data) r.mutable_push()->clear_data();
     r.mutable_push()->mutable_shm()->set_offset(offset);
     r.mutable_push()->mutable_shm()->set_bytes(bytes);
-    rw->Write(r);
-    rw->WritesDone();
-    v1::StreamResponse ignored;
-    while (rw->Read(&ignored)) {
-    }
-    const grpc::Status status = rw->Finish();
+    const grpc::Status status = SendOffering(seg->get(), r);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << offset << " " << bytes << ": " << status.error_message();
     EXPECT_NE(status.error_message().find("push.shm"), std::string::npos)
@@ -354,29 +365,13 @@ TEST_F(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
     for (bool with_segment : {false, true}) {
       auto seg = ShmSegment::Create(144, 144);
       ASSERT_TRUE(seg.ok());
-      grpc::ClientContext context;
-      SetTimeout(&context, std::chrono::seconds(10));
-      auto rw = stub_->Stream(&context);
-      r.Clear();
-      r.mutable_hello()->set_job_id("job-1");
-      r.mutable_hello()->set_worker_id("w-1");
-      r.mutable_hello()->set_generation(1);
-      if (with_segment) {
-        r.mutable_hello()->mutable_shm()->set_name((*seg)->name());
-        r.mutable_hello()->mutable_shm()->set_nonce((*seg)->nonce());
-      }
-      rw->Write(r);
       r.Clear();
       *r.mutable_push() = good;  // valid on its own, inline
       v1::Push* more = r.add_more();
       *more = good;
       if (!with_segment) more->clear_data();  // else: data in more[]
-      rw->Write(r);
-      rw->WritesDone();
-      v1::StreamResponse ignored;
-      while (rw->Read(&ignored)) {
-      }
-      const grpc::Status status = rw->Finish();
+      const grpc::Status status =
+          SendOffering(with_segment ? seg->get() : nullptr, r);
       EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
           << status.error_message();
       EXPECT_NE(status.error_message().find("more[]"), std::string::npos)
