@@ -97,6 +97,7 @@ constexpr uint8_t Tag(int field, uint8_t wire_type) {
 constexpr int kRequestHello = 1, kRequestPush = 2, kRequestMore = 3,
               kPushData = 6,
               kPushRange = 8, kPushIndices = 9, kPushShm = 10,
+              kPushShares = 11,
               kResponseParams = 1, kResponseMore = 2, kParamsData = 5,
               kParamsShm = 8;
 
@@ -357,6 +358,8 @@ bool ParsePush(SliceReader& r, size_t end, v1::Push* push, Payload* data) {
       return Submessage(r, end, push->mutable_range());
     if (field == kPushShm && wt == kLengthDelimited)
       return Submessage(r, end, push->mutable_shm());
+    if (field == kPushShares && wt == kLengthDelimited)
+      return Submessage(r, end, push->add_shares());
     if (field == kPushIndices && wt == kLengthDelimited) {
       size_t indices_end;
       return Length(r, end, &indices_end) &&

@@ -46,6 +46,12 @@ v1::StreamRequest APush() {
   p->set_stop(true);
   p->mutable_range()->set_chunk(7);
   p->mutable_range()->set_end(9);
+  // A pre-reduced push's shares (here beside a range only to cover both).
+  p->add_shares()->set_samples(40);
+  v1::Share* share = p->add_shares();
+  share->set_samples(24);
+  share->mutable_range()->set_chunk(3);
+  share->mutable_range()->set_end(24);
   return r;
 }
 

@@ -8,6 +8,9 @@
 //   samples = 0); the last one applies sum(g_i n_i) / sum(n_i) through the
 //   optimizer, out of place, and makes version v + 1 readable. A step that
 //   carries a stop applies nothing.
+//   A pre-reduced push (wire.pre_reduce) stands for several members: it
+//   carries sum(g_i n_i) / sum(n_i) with their summed samples and counts
+//   as each one's push, so the step's update is the same.
 // - ArrivalAggregator (arrival_aggregator.cc), ssp(s > 0) and async: each
 //   member's gradient is applied as soon as all its chunks arrived, scaled
 //   by n_i / (batch_size * members) so that one step of every member moves
@@ -22,6 +25,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/env/env.h"
 #include "server/ps/checkpoint.h"
 #include "server/ps/clocks.h"
@@ -50,11 +54,14 @@ class Aggregator {
 
   // Allocates the algorithm's buffers of a new partition.
   virtual void Init(PartitionState& p, int members) const = 0;
-  // Applies one validated chunk of `member`; the JobShard checked that the
-  // partition has not ended and that the chunk's generation is current.
-  // A rejected chunk (FAILED_PRECONDITION: a step ahead; INVALID_ARGUMENT)
+  // Applies one validated chunk of `members` (one member; or, pre-reduced,
+  // the members c.shares are for, in that order); the JobShard checked that
+  // the partition has not ended and that the chunk's generation is
+  // current. A rejected chunk (FAILED_PRECONDITION: a step ahead, or a
+  // member already pushed the step on another stream; INVALID_ARGUMENT)
   // changes nothing.
-  virtual absl::StatusOr<PushOutcome> Push(PartitionState& p, int member,
+  virtual absl::StatusOr<PushOutcome> Push(PartitionState& p,
+                                           absl::Span<const int> members,
                                            const PushChunk& c) const = 0;
   // Drops the current step's half-aggregated pushes; `members` members from
   // now on.

@@ -21,9 +21,16 @@ class ArrivalAggregator : public Aggregator {
     ResetStep(p, members);
   }
 
-  absl::StatusOr<PushOutcome> Push(PartitionState& p, int member,
+  absl::StatusOr<PushOutcome> Push(PartitionState& p,
+                                   absl::Span<const int> members,
                                    const PushChunk& c) const override
       ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (members.size() != 1 || !c.shares.empty()) {
+      // WorkerStream::Open admits groups in sync jobs only.
+      return absl::FailedPreconditionError(
+          "push.shares: pre-reduced pushes need consistency sync");
+    }
+    const int member = members[0];
     PartitionState::Arrivals& a = p.arrivals;
     const int64_t expected = a.member_step[member];
     if (c.step < expected) return PushOutcome::kAlreadyComplete;  // a retry

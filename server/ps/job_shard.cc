@@ -215,12 +215,20 @@ int64_t JobShard::PartitionSize(int32_t partition) const {
   return p == nullptr ? -1 : p->meta.size;
 }
 
-absl::StatusOr<PushOutcome> JobShard::Push(int member, const PushChunk& c) {
+absl::StatusOr<PushOutcome> JobShard::Push(absl::Span<const int> members,
+                                           const PushChunk& c) {
   PartitionState* p = Find(c.partition);
   if (p == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("push.partition ", c.partition, " is not held by shard ",
                      init_.shard_index, " of job ", init_.job_id));
+  }
+  if (members.empty() ||
+      (members.size() > 1 && c.shares.size() != members.size()) ||
+      (members.size() == 1 && !c.shares.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.shares has ", c.shares.size(), " entries; the stream pushes for ",
+        members.size(), " members (one share each when more than one)"));
   }
   PushChunk chunk = c;
   RETURN_IF_ERROR(ValidatePush(p->meta, chunk_elems_, c, &chunk.largest));
@@ -233,16 +241,17 @@ absl::StatusOr<PushOutcome> JobShard::Push(int member, const PushChunk& c) {
     if (c.generation != p->generation)
       return StaleGeneration(init_.job_id, c.generation, p->generation);
     const int64_t before = p->rejected.count;
-    outcome = aggregator_->Push(*p, member, chunk);
+    outcome = aggregator_->Push(*p, members, chunk);
     if (p->rejected.count != before) refused = p->rejected;
   }
   if (refused.has_value()) NoteNonFinite(c.partition, *refused);
   if (!outcome.ok()) return outcome;
   if (c.stop && mode_ != Mode::kSync) stop_requested_ = true;
-  if (*outcome == PushOutcome::kCompleted &&
-      clocks_.PartitionDone(member, c.step, c.generation) &&
-      mode_ != Mode::kSync) {
-    MaybeCheckpointByClock();
+  if (*outcome == PushOutcome::kCompleted) {
+    bool clock_moved = false;
+    for (int member : members)
+      clock_moved |= clocks_.PartitionDone(member, c.step, c.generation);
+    if (clock_moved && mode_ != Mode::kSync) MaybeCheckpointByClock();
   }
   return outcome;
 }
@@ -298,7 +307,7 @@ bool JobShard::HasVersion(int32_t partition, int64_t version,
 absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
                                       int64_t generation, absl::Time deadline,
                                       const std::function<bool()>& cancelled,
-                                      int member) {
+                                      absl::Span<const int> members) {
   PartitionState* p = Find(partition);
   if (p == nullptr)
     return absl::InvalidArgumentError(
@@ -306,7 +315,8 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
   absl::MutexLock lock(&p->mu);
   while (p->version < version && !p->ended && p->generation == generation) {
     const PartitionState::Rejected& r = p->rejected;
-    if (r.held && member >= 0 && r.member == member && r.step < version) {
+    if (r.held && r.step < version &&
+        std::find(members.begin(), members.end(), r.member) != members.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "push.data of step ", r.step, ": the update of partition ",
           partition, " would have made values non-finite and was not "

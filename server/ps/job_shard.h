@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/env/env.h"
 #include "common/tensor/layout.h"
 #include "fulcrum/v1/job.pb.h"
@@ -123,22 +124,28 @@ class JobShard {
   int64_t generation() const;
   std::vector<std::string> workers() const;
 
-  // Applies one chunk from member `member` of chunk.generation. Repeats are
+  // Applies one chunk from `members` (one; or, pre-reduced, the members
+  // chunk.shares are for, in that order) of chunk.generation. Repeats are
   // acknowledged and never applied twice. A rejected push (INVALID_ARGUMENT,
   // FAILED_PRECONDITION, ABORTED for an older generation or an ended job)
   // changes nothing.
-  absl::StatusOr<PushOutcome> Push(int member, const PushChunk& chunk);
+  absl::StatusOr<PushOutcome> Push(absl::Span<const int> members,
+                                   const PushChunk& chunk);
+  absl::StatusOr<PushOutcome> Push(int member, const PushChunk& chunk) {
+    return Push(absl::Span<const int>(&member, 1), chunk);
+  }
 
   // Blocks until `partition` reaches `version`, the job ends or `generation`
   // is replaced (ABORTED), `cancelled()` turns true (CANCELLED) or
   // `deadline` passes (DEADLINE_EXCEEDED). Sync: when the step before
   // `version` was held back because its update would have made a value
-  // non-finite, the member named for it (`member`, the waiting one's index)
-  // gets INVALID_ARGUMENT saying so; the others wait for the generation.
+  // non-finite, the member named for it (when among `members`, the waiting
+  // stream's) gets INVALID_ARGUMENT saying so; the others wait for the
+  // generation.
   absl::Status WaitForVersion(int32_t partition, int64_t version,
                               int64_t generation, absl::Time deadline,
                               const std::function<bool()>& cancelled,
-                              int member = -1);
+                              absl::Span<const int> members = {});
 
   // Whether `partition` (held here) is at `version` or later now, in
   // `generation`: a WaitForVersion that would return at once.

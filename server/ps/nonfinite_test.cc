@@ -48,11 +48,11 @@ TEST(NonFiniteTest, SyncHoldsTheStepBackAndNamesTheLargestPush) {
 
   // b's read fails saying why; a's waits for the generation to change.
   const absl::Time soon = absl::Now() + absl::Milliseconds(50);
-  absl::Status culprit = j.WaitForVersion(0, 2, 1, soon, nullptr, 1);
+  absl::Status culprit = j.WaitForVersion(0, 2, 1, soon, nullptr, {1});
   EXPECT_EQ(culprit.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(culprit.message().find("non-finite"), std::string::npos)
       << culprit;
-  EXPECT_EQ(j.WaitForVersion(0, 2, 1, soon, nullptr, 0).code(),
+  EXPECT_EQ(j.WaitForVersion(0, 2, 1, soon, nullptr, {0}).code(),
             absl::StatusCode::kDeadlineExceeded);
 
   // Without b (the coordinator's next generation) step 1 is redone.

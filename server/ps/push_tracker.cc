@@ -68,6 +68,42 @@ absl::Status CheckIndices(const Partition& p, const PushChunk& c,
   return absl::OkStatus();
 }
 
+absl::Status CheckRange(const DataRange& r, absl::string_view field) {
+  if (r.chunk != -1 && (r.chunk < 0 || r.end < r.begin)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " must have chunk >= 0 and end >= begin, got chunk ", r.chunk,
+        " [", r.begin, ", ", r.end, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// A pre-reduced push: every share valid, samples their sum, no own range.
+absl::Status CheckShares(const PushChunk& c) {
+  if (c.shares.empty()) return absl::OkStatus();
+  if (c.range.chunk != -1) {
+    return absl::InvalidArgumentError(
+        "push.range must be unset when push.shares carries the ranges");
+  }
+  int64_t sum = 0;
+  for (size_t i = 0; i < c.shares.size(); ++i) {
+    const PushShare& share = c.shares[i];
+    if (share.samples < 0 || share.samples > kMaxPushSamples) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push.shares[", i, "].samples must be in [0, ",
+                       kMaxPushSamples, "], got ", share.samples));
+    }
+    RETURN_IF_ERROR(
+        CheckRange(share.range, absl::StrCat("push.shares[", i, "].range")));
+    sum += share.samples;
+  }
+  if (sum != c.samples) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push.samples ", c.samples,
+                     " is not the sum of push.shares[].samples (", sum, ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void AddChunk(const PushChunk& c, float w, float* acc) {
@@ -97,12 +133,8 @@ absl::Status ValidatePush(const Partition& p, int64_t chunk_elems,
     return absl::InvalidArgumentError(absl::StrCat(
         "push.samples must be in [0, ", kMaxPushSamples, "], got ", c.samples));
   }
-  if (c.range.chunk != -1 &&
-      (c.range.chunk < 0 || c.range.end < c.range.begin)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push.range must have chunk >= 0 and end >= begin, got chunk ",
-        c.range.chunk, " [", c.range.begin, ", ", c.range.end, ")"));
-  }
+  RETURN_IF_ERROR(CheckRange(c.range, "push.range"));
+  RETURN_IF_ERROR(CheckShares(c));
   if (c.samples == 0) {
     if (c.data.bytes() != 0 || c.offset != 0 || !c.indices.empty()) {
       return absl::InvalidArgumentError(
@@ -142,17 +174,21 @@ void PushTracker::Reset(int members, int64_t num_chunks) {
   total_samples_ = 0;
 }
 
+absl::Status PushTracker::CheckSamples(int member, int64_t samples) const {
+  if (samples_[member] < 0 || samples_[member] == samples)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("push.samples ", samples, " differs from ", samples_[member],
+                   " in an earlier chunk of the same step"));
+}
+
 absl::StatusOr<PushTracker::Arrival> PushTracker::Record(int member,
                                                          int64_t chunk,
                                                          int64_t samples,
                                                          float largest) {
   if (complete_[member]) return Arrival::kRepeat;
   if (samples > 0 && got_[member * num_chunks_ + chunk]) return Arrival::kRepeat;
-  if (samples_[member] >= 0 && samples_[member] != samples) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push.samples ", samples, " differs from ", samples_[member],
-        " in an earlier chunk of the same step"));
-  }
+  RETURN_IF_ERROR(CheckSamples(member, samples));
   if (samples_[member] < 0) {
     samples_[member] = samples;
     total_samples_ += samples;

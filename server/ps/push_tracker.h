@@ -17,7 +17,15 @@
 
 namespace fulcrum {
 
-// One chunk of one member's gradient for one partition at one step.
+// One member's part of a pre-reduced push (Push.shares).
+struct PushShare {
+  int64_t samples = 0;
+  DataRange range;
+};
+
+// One chunk of one member's gradient for one partition at one step - or,
+// pre-reduced (wire.pre_reduce), of the sum of several members' gradients,
+// each one's samples and range in `shares`.
 struct PushChunk {
   int64_t step = 0;
   int32_t partition = 0;
@@ -33,6 +41,9 @@ struct PushChunk {
   bool stop = false;
   int64_t generation = 1;  // of the pushing stream
   DataRange range;         // chunk sharding: the samples behind it
+  // Pre-reduced: one per member the stream pushes for, in its order;
+  // samples is their sum, range unset. Empty: the stream's one member.
+  std::vector<PushShare> shares;
   // Its largest |element|, to within a factor 2 (at most twice this);
   // ValidatePush finds it.
   float largest = 0.0f;
@@ -52,7 +63,8 @@ inline constexpr int64_t kMaxPushSamples = int64_t{1} << 32;
 
 // INVALID_ARGUMENT naming the field when `c` cannot be a chunk of
 // `partition` cut at `chunk_elems`: step negative, samples outside [0,
-// kMaxPushSamples], a bad range,
+// kMaxPushSamples], a bad range (or shares: a bad one, or samples not
+// their sum),
 // offset or length, or a NaN/infinite element. One branch-free pass over the
 // data (it vectorizes); the bad element is looked for only when there is one.
 // The same pass finds the largest |element| (*largest, if not null): which
@@ -81,6 +93,10 @@ class PushTracker {
   // `largest`: the chunk's largest |element|, kept per member for the step.
   absl::StatusOr<Arrival> Record(int member, int64_t chunk, int64_t samples,
                                  float largest = 0.0f);
+  // What Record would refuse, changing nothing: INVALID_ARGUMENT when
+  // `samples` differs from the member's earlier chunks of the step (also
+  // once it is complete: a pre-reduced push's shares are checked so).
+  absl::Status CheckSamples(int member, int64_t samples) const;
   // Every chunk of the member arrived (or its empty push).
   bool Complete(int member) const { return complete_[member] != 0; }
   int complete_count() const { return complete_count_; }

@@ -225,15 +225,19 @@ absl::Status ParameterServerService::ServeStream(
   options.cancelled = [context] { return context->IsCancelled(); };
   const v1::Hello hello = request.message.hello();
   RETURN_IF_ERROR(AsWorker(hello.job_id(), hello.worker_id(), hello.credential()));
+  StreamHello admitted{hello.job_id(), hello.worker_id(), hello.generation()};
+  for (const v1::GroupMember& member : hello.group()) {
+    RETURN_IF_ERROR(
+        AsWorker(hello.job_id(), member.worker_id(), member.credential()));
+    admitted.group.push_back(member.worker_id());
+  }
   std::vector<int64_t> slots;
   const std::unique_ptr<ShmSegment> segment =
       hello.has_shm() ? MapSegment(hello, &slots) : nullptr;
   FrameParamsWriter writer(stream, segment.get(), &slots);
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerStream> worker,
-                   WorkerStream::Open(*shard_,
-                                      {hello.job_id(), hello.worker_id(),
-                                       hello.generation()},
-                                      std::move(options), &writer));
+                   WorkerStream::Open(*shard_, admitted, std::move(options),
+                                      &writer));
   for (;;) {
     Idle(deadline, options_.idle_timeout);
     if (!stream->Read(&request)) break;

@@ -17,6 +17,7 @@
 #include "common/dataplane/payload.h"
 #include "common/dataplane/shm_segment.h"
 #include "common/net/grpc_options.h"
+#include "common/net/member_credential.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/ps/service.h"
@@ -53,6 +54,8 @@ class BadInputTest : public ::testing::Test {
     init.add_workers("w-1");
     init.add_workers("w-2");
     grpc::ClientContext context;
+    if (!coordinator_key_.empty())
+      context.AddMetadata(kCoordinatorMetadataKey, coordinator_key_);
     v1::InitJobResponse response;
     ASSERT_TRUE(stub_->InitJob(&context, init, &response).ok());
     ASSERT_EQ(response.partitions_size(), 1);
@@ -77,6 +80,8 @@ class BadInputTest : public ::testing::Test {
   std::vector<float> Pull(const std::string& job_id = "job-1") {
     grpc::ClientContext context;
     SetTimeout(&context, std::chrono::seconds(10));
+    if (!coordinator_key_.empty())
+      context.AddMetadata(kCoordinatorMetadataKey, coordinator_key_);
     v1::PullRequest request;
     request.set_job_id(job_id);
     auto reader = stub_->Pull(&context, request);
@@ -161,6 +166,7 @@ class BadInputTest : public ::testing::Test {
   }
 
   ParameterShard shard_;
+  std::string coordinator_key_;  // set: InitJob as the coordinator
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
@@ -401,6 +407,61 @@ TEST_F(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
 // bf16-rounded gradient, not of the fp32 one the worker had; bf16
 // parameters arrive as the rounded fp32 master values. Two protobuf
 // clients (not the worker's frames) show that any protobuf peer works.
+// wire.pre_reduce: w-1's stream pushes for w-2 too once w-2's credential
+// proves it may; one push with both shares completes the step.
+TEST_F(BadInputTest, AGroupMemberIsAdmittedOnlyWithItsCredential) {
+  SharedCredential coordinator;
+  coordinator.Set("coordinator-key");
+  ParameterServerService::Options options;
+  options.coordinator = &coordinator;
+  TearDown();
+  shard_.EndJob("job-1");
+  shard_.ForgetJob("job-1");
+  coordinator_key_ = "coordinator-key";
+  Start(options);
+  const std::vector<float> before = Pull();
+  auto pushed = [&](const std::string& w2_credential) {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(10));
+    auto rw = stub_->Stream(&context);
+    v1::StreamRequest hello;
+    v1::Hello* h = hello.mutable_hello();
+    h->set_job_id("job-1");
+    h->set_worker_id("w-1");
+    h->set_generation(1);
+    h->set_credential(StreamCredential("coordinator-key", "job-1", "w-1"));
+    v1::GroupMember* w2 = h->add_group();
+    w2->set_worker_id("w-2");
+    w2->set_credential(w2_credential);
+    rw->Write(hello);
+    v1::StreamRequest push;
+    *push.mutable_push() = GoodPush();
+    push.mutable_push()->add_shares()->set_samples(1);
+    push.mutable_push()->add_shares()->set_samples(3);
+    rw->Write(push);
+    int64_t newest = -1;
+    v1::StreamResponse response;
+    while (newest < 1 && rw->Read(&response))
+      newest = std::max(newest, response.params().version());
+    rw->WritesDone();
+    while (rw->Read(&response)) {
+    }
+    grpc::Status s = rw->Finish();
+    return std::make_pair(s, newest);
+  };
+  auto [forged, forged_version] = pushed("forged");
+  EXPECT_EQ(forged.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << forged.error_message();
+  EXPECT_NE(forged.error_message().find("w-2"), std::string::npos)
+      << forged.error_message();
+  EXPECT_EQ(Pull(), before);
+  auto [ok, version] =
+      pushed(StreamCredential("coordinator-key", "job-1", "w-2"));
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(version, 1);  // no push of w-2's own was needed
+  EXPECT_NE(Pull(), before);
+}
+
 TEST_F(BadInputTest, Bf16GradientsAndParametersOnTheWire) {
   v1::JobSpec spec = Spec();
   spec.mutable_wire()->set_gradients(v1::ENCODING_BF16);

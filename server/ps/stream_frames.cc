@@ -63,6 +63,14 @@ bool FrameParamsWriter::Send(const ParamsHeader& h) {
   return sent;
 }
 
+namespace {
+
+DataRange FromRange(const v1::DataRange& r) {
+  return DataRange{r.chunk(), r.begin(), r.end()};
+}
+
+}  // namespace
+
 absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
                       const ShmSegment* segment, PushChunk* out) {
   out->step = push.step();
@@ -89,10 +97,13 @@ absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
   }
   out->indices = push.indices();
   out->stop = push.stop();
-  out->range = push.has_range() ? DataRange{push.range().chunk(),
-                                            push.range().begin(),
-                                            push.range().end()}
-                                : DataRange{};
+  out->range = push.has_range() ? FromRange(push.range()) : DataRange{};
+  out->shares.clear();
+  for (const v1::Share& share : push.shares()) {
+    out->shares.push_back(
+        {share.samples(),
+         share.has_range() ? FromRange(share.range()) : DataRange{}});
+  }
   return absl::OkStatus();
 }
 

@@ -21,7 +21,8 @@ class SyncAggregator : public Aggregator {
     ResetStep(p, members);
   }
 
-  absl::StatusOr<PushOutcome> Push(PartitionState& p, int member,
+  absl::StatusOr<PushOutcome> Push(PartitionState& p,
+                                   absl::Span<const int> members,
                                    const PushChunk& c) const override
       ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (c.step < p.version) return PushOutcome::kAlreadyComplete;  // a retry
@@ -30,17 +31,34 @@ class SyncAggregator : public Aggregator {
           "push.step ", c.step, " is ahead of partition ", c.partition,
           " version ", p.version, " (sync mode: pull the new version first)"));
     }
-    if (p.tracker.Complete(member)) return PushOutcome::kAlreadyComplete;
+    ASSIGN_OR_RETURN(const int complete, CheckMembers(p, members, c));
+    if (complete == static_cast<int>(members.size()))
+      return PushOutcome::kAlreadyComplete;
     const int64_t chunk = c.samples == 0 ? 0 : c.offset / ctx_.chunk_elems;
-    ASSIGN_OR_RETURN(const PushTracker::Arrival arrival,
-                     p.tracker.Record(member, chunk, c.samples, c.largest));
-    if (arrival == PushTracker::Arrival::kRepeat) return PushOutcome::kPartial;
+    // Each member's record; the push is new when any member's is (a
+    // member with no samples is complete with the push's first chunk).
+    bool fresh = false;
+    for (size_t i = 0; i < members.size(); ++i) {
+      // CheckMembers made sure that Record cannot refuse here.
+      ASSIGN_OR_RETURN(const PushTracker::Arrival arrival,
+                       p.tracker.Record(members[i], chunk, Share(c, i),
+                                        c.largest));
+      fresh |= arrival == PushTracker::Arrival::kNew;
+    }
+    if (!fresh) return PushOutcome::kPartial;  // a repeated chunk
     PartitionState::Barrier& b = p.barrier;
     b.stop_requested |= c.stop;
-    if (p.tracks_ledger && c.samples > 0) b.ranges[member] = c.range;
+    if (p.tracks_ledger && c.samples > 0) {
+      for (size_t i = 0; i < members.size(); ++i) {
+        if (Share(c, i) > 0)
+          b.ranges[members[i]] = c.shares.empty() ? c.range : c.shares[i].range;
+      }
+    }
     if (c.samples > 0) Accumulate(b, c);
-    if (!p.tracker.Complete(member)) return PushOutcome::kPartial;
-    if (p.tracker.complete_count() == 1) b.first_done = ctx_.env->Now();
+    for (int member : members)
+      if (!p.tracker.Complete(member)) return PushOutcome::kPartial;
+    if (p.tracker.complete_count() == static_cast<int>(members.size()))
+      b.first_done = ctx_.env->Now();
     if (p.tracker.complete_count() < p.tracker.members())
       return PushOutcome::kCompleted;
     ApplyStep(p);
@@ -92,6 +110,37 @@ class SyncAggregator : public Aggregator {
   }
 
  private:
+  // How many of `members` are complete for the step: all or none (a
+  // member pushed by another stream too is FAILED_PRECONDITION), or the
+  // samples a member's earlier chunks had (INVALID_ARGUMENT). Changes
+  // nothing, so that a refused push leaves no member half-recorded.
+  static absl::StatusOr<int> CheckMembers(const PartitionState& p,
+                                          absl::Span<const int> members,
+                                          const PushChunk& c)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    int complete = 0;
+    for (size_t i = 0; i < members.size(); ++i) {
+      const bool done = p.tracker.Complete(members[i]);
+      complete += done ? 1 : 0;
+      // A group's shares must stay the same in every chunk of the step,
+      // also for a member its first chunk completed (no samples).
+      if (!done || members.size() > 1)
+        RETURN_IF_ERROR(p.tracker.CheckSamples(members[i], Share(c, i)));
+    }
+    if (complete != 0 && complete != static_cast<int>(members.size())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "push: ", complete, " of the ", members.size(),
+          " members it is for already pushed step ", c.step, " of partition ",
+          c.partition, " on another stream"));
+    }
+    return complete;
+  }
+
+  // The samples of the i-th member a push is for.
+  static int64_t Share(const PushChunk& c, size_t i) {
+    return c.shares.empty() ? c.samples : c.shares[i].samples;
+  }
+
   void Accumulate(PartitionState::Barrier& b, const PushChunk& c) const {
     // Straight from the pieces the push arrived in.
     AddChunk(c, static_cast<float>(c.samples), b.accum.data() + c.offset);

@@ -36,6 +36,37 @@ absl::Status SendOne(JobShard& job, int32_t partition, int64_t clock,
   return absl::OkStatus();
 }
 
+// The member indices a stream pushes for: the hello's worker, then its
+// group's.
+absl::StatusOr<std::vector<int>> GroupMembers(const JobShard& job,
+                                              const StreamHello& hello) {
+  std::vector<int> members;
+  ASSIGN_OR_RETURN(const int own,
+                   job.MemberIndex(hello.worker_id, hello.generation));
+  members.push_back(own);
+  if (hello.group.empty()) return members;
+  if (job.mode() != JobShard::Mode::kSync) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "hello.group: job ", hello.job_id,
+        " is not sync; only sync jobs pre-reduce (wire.pre_reduce)"));
+  }
+  if (hello.group.size() > kMaxGroup) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.group names ", hello.group.size(),
+                     " workers, at most ", kMaxGroup));
+  }
+  for (const std::string& worker : hello.group) {
+    ASSIGN_OR_RETURN(const int m, job.MemberIndex(worker, hello.generation));
+    if (std::find(members.begin(), members.end(), m) != members.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hello.group names worker '", worker.substr(0, 64),
+                       "' twice (or the hello's own worker)"));
+    }
+    members.push_back(m);
+  }
+  return members;
+}
+
 }  // namespace
 
 absl::Status SendPartitions(JobShard& job, std::vector<int32_t> ids,
@@ -69,14 +100,15 @@ absl::StatusOr<std::unique_ptr<WorkerStream>> WorkerStream::Open(
     return absl::FailedPreconditionError(
         absl::StrCat("job ", hello.job_id, " has ended"));
   }
-  ASSIGN_OR_RETURN(const int member,
-                   job->MemberIndex(hello.worker_id, hello.generation));
+  ASSIGN_OR_RETURN(std::vector<int> members, GroupMembers(*job, hello));
   if (!job->initialized()) {
     return absl::UnavailableError(absl::StrCat(
         "job ", hello.job_id, " waits for its values from a member; retry"));
   }
-  std::unique_ptr<WorkerStream> stream(new WorkerStream(
-      std::move(job), member, hello.generation, std::move(options), writer));
+  const int member = members[0];
+  std::unique_ptr<WorkerStream> stream(
+      new WorkerStream(std::move(job), std::move(members), hello.generation,
+                       std::move(options), writer));
   JobShard& j = *stream->job_;
   const int64_t clock =
       j.mode() == JobShard::Mode::kSync ? -1 : j.clocks().Clock(member);
@@ -86,11 +118,11 @@ absl::StatusOr<std::unique_ptr<WorkerStream>> WorkerStream::Open(
   return stream;
 }
 
-WorkerStream::WorkerStream(std::shared_ptr<JobShard> job, int member,
-                           int64_t generation, Options options,
-                           ParamsWriter* writer)
+WorkerStream::WorkerStream(std::shared_ptr<JobShard> job,
+                           std::vector<int> members, int64_t generation,
+                           Options options, ParamsWriter* writer)
     : job_(std::move(job)),
-      member_(member),
+      members_(std::move(members)),
       generation_(generation),
       options_(std::move(options)),
       writer_(writer),
@@ -105,7 +137,7 @@ WorkerStream::WorkerStream(std::shared_ptr<JobShard> job, int member,
 
 WorkerStream::~WorkerStream() {
   if (job_->mode() != JobShard::Mode::kSync)
-    job_->clocks().Finish(member_, generation_);
+    job_->clocks().Finish(members_[0], generation_);  // no groups there
 }
 
 absl::Status WorkerStream::SendPartition(int32_t partition, int64_t clock,
@@ -119,7 +151,13 @@ absl::Status WorkerStream::Push(PushChunk chunk) {
   if (metrics_.push_bytes != nullptr)
     metrics_.push_bytes->Increment(static_cast<double>(chunk.data.bytes()));
   const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(const PushOutcome outcome, job_->Push(member_, chunk));
+  if (chunk.shares.size() != (members_.size() > 1 ? members_.size() : 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push.shares has ", chunk.shares.size(), " entries; this stream's "
+        "hello named ", members_.size() - 1, " group members (want one share "
+        "per member with a group, none without)"));
+  }
+  ASSIGN_OR_RETURN(const PushOutcome outcome, job_->Push(members_, chunk));
   if (metrics_.aggregate_seconds != nullptr) {
     metrics_.aggregate_seconds->Observe(
         absl::ToDoubleSeconds(absl::Now() - start));
@@ -149,7 +187,7 @@ absl::Status WorkerStream::AnswerRead(int64_t clock) {
       const absl::Time start = absl::Now();
       RETURN_IF_ERROR(job_->WaitForVersion(completed_[i], clock, generation_,
                                            deadline, options_.cancelled,
-                                           member_));
+                                           members_));
       waited += absl::Now() - start;
       // Held for the next one only when that one is ready too (no wait).
       const bool more = i + 1 < completed_.size() &&

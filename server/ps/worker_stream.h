@@ -64,7 +64,14 @@ struct StreamHello {
   std::string job_id;
   std::string worker_id;
   int64_t generation = 0;
+  // Local pre-reduction: the other members whose gradients this stream's
+  // pushes carry summed with worker_id's (their credentials were checked
+  // by the transport). Empty: worker_id's alone.
+  std::vector<std::string> group;
 };
+
+// The most members a hello's group may name (a host's workers).
+inline constexpr size_t kMaxGroup = 64;
 
 // Sends every chunk of each partition in `ids` (all held here when empty)
 // at its current values, clock = version: what Pull serves.
@@ -85,8 +92,10 @@ class WorkerStream {
     std::function<bool()> cancelled;
   };
 
-  // Admits the hello - NOT_FOUND (unknown job), FAILED_PRECONDITION (ended),
-  // or JobShard::MemberIndex's codes - and sends the current values of every
+  // Admits the hello - NOT_FOUND (unknown job), FAILED_PRECONDITION (ended;
+  // a group in a job that is not sync), INVALID_ARGUMENT (a group naming a
+  // worker twice, or more than kMaxGroup), or JobShard::MemberIndex's codes
+  // for any member - and sends the current values of every
   // partition held here through `writer` (not owned; must outlive the
   // stream).
   static absl::StatusOr<std::unique_ptr<WorkerStream>> Open(
@@ -95,7 +104,9 @@ class WorkerStream {
   // ssp/async: the member stopped training; reads stop waiting for it.
   ~WorkerStream();
 
-  // One chunk of the worker's gradient (generation: the stream's). Once the
+  // One chunk of the worker's gradient (generation: the stream's; with a
+  // group, the sum of the group's, chunk.shares one per member in the
+  // hello's order: INVALID_ARGUMENT naming push.shares otherwise). Once the
   // worker has pushed its whole share of a step, answers its read of the
   // next step (blocking until the mode allows it, the deadline passes or
   // the transport cancels). A rejected chunk changes nothing and ends the
@@ -105,8 +116,8 @@ class WorkerStream {
   JobShard& job() { return *job_; }
 
  private:
-  WorkerStream(std::shared_ptr<JobShard> job, int member, int64_t generation,
-               Options options, ParamsWriter* writer);
+  WorkerStream(std::shared_ptr<JobShard> job, std::vector<int> members,
+               int64_t generation, Options options, ParamsWriter* writer);
   // Every chunk of `partition`'s current values; clock < 0: its version.
   // more: another partition follows at once (ParamsHeader::more).
   absl::Status SendPartition(int32_t partition, int64_t clock,
@@ -114,7 +125,8 @@ class WorkerStream {
   absl::Status AnswerRead(int64_t clock);
 
   const std::shared_ptr<JobShard> job_;
-  const int member_;
+  // The hello's worker, then its group's, as member indices.
+  const std::vector<int> members_;
   const int64_t generation_;
   const Options options_;
   ParamsWriter* const writer_;  // Not owned.
