@@ -2,6 +2,8 @@
 
 #include <grpcpp/server_builder.h>
 
+#include <unistd.h>
+
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +83,9 @@ TrainRun TrainInProcess(
       transport == Transport::kGrpc  ? static_cast<ChannelFactory*>(&tcp_channels)
       : transport == Transport::kShm ? static_cast<ChannelFactory*>(&shm_channels)
                                      : &local_channels;
+  // wire.pre_reduce: the group's nonce, one per run.
+  const std::string group_nonce =
+      absl::StrCat("in-process-", getpid(), "-", absl::ToUnixNanos(absl::Now()));
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
@@ -91,6 +96,11 @@ TrainRun TrainInProcess(
       if (tune) tune(w, &options);
       Trainer trainer(run.backends[w].get(), channels, options);
       Assignment a{"job", spec, w, workers, 1, addresses};
+      if (spec.wire().pre_reduce() && workers > 1) {
+        // One host: every worker in one group, rank 0 leading.
+        for (const std::string& id : ids) a.host_group.push_back({id, {}});
+        a.group_nonce = group_nonce;
+      }
       absl::StatusOr<TrainResult> r = trainer.Run(a, nullptr);
       if (r.ok()) {
         run.results[w] = std::move(*r);
@@ -106,6 +116,8 @@ TrainRun TrainInProcess(
         s->metrics->shm_streams.WithLabels({"mapped"}).Value());
     run.shm_refused += static_cast<int64_t>(
         s->metrics->shm_streams.WithLabels({"refused"}).Value());
+    run.group_members += static_cast<int64_t>(
+        s->metrics->group_members.WithLabels().Value());
     s->server->Shutdown(std::chrono::system_clock::now());
   }
   return run;

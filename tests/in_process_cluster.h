@@ -47,6 +47,9 @@ struct TrainRun {
   // Streams whose segment the shards mapped / refused (fulcrum_server_
   // shm_streams_total): kShm maps every stream, the others offer none.
   int64_t shm_mapped = 0, shm_refused = 0;
+  // Members whose pushes came in another's stream (fulcrum_server_group_
+  // members_total; gRPC transports only).
+  int64_t group_members = 0;
 };
 
 // Starts spec.shards() shards, initialises the job on them and trains it

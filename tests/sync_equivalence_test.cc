@@ -135,6 +135,48 @@ INSTANTIATE_TEST_SUITE_P(
                           testing::TransportName(std::get<2>(info.param)));
     });
 
+// wire.pre_reduce: the workers (one host here) hand their gradients to
+// rank 0, which pushes their weighted mean for all - on every transport the
+// result is still one big batch's (1e-4), and the shards' streams carry
+// only the leader's pushes.
+class PreReduceTest : public ::testing::TestWithParam<std::tuple<int, Transport>> {};
+
+TEST_P(PreReduceTest, AHostGroupTrainsAsOneBigBatch) {
+  const auto [workers, transport] = GetParam();
+  const int b = 8, shards = 2;
+  const std::vector<std::vector<float>> one = Train(1, workers * b, shards, transport);
+  v1::JobSpec spec = Spec(b, shards, v1::ENCODING_FP32, v1::ENCODING_FP32, 0);
+  spec.mutable_wire()->set_pre_reduce(true);
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  testing::TrainRun run =
+      testing::TrainInProcess(spec, workers, nullptr, nullptr, transport);
+  for (int w = 0; w < workers; ++w) {
+    ASSERT_EQ(run.errors[w], "") << "worker " << w;
+    EXPECT_EQ(run.results[w].progress.step(), 20);
+    ASSERT_EQ(run.results[w].params.size(), one[0].size());
+    EXPECT_EQ(run.results[w].params, run.results[0].params) << "worker " << w;
+    EXPECT_LE(MaxRelativeDifference(run.results[w].params, one[0]), 1e-4);
+  }
+  // One stream per shard, the leader's, pushing for the others (the
+  // in-process transport has no metrics: the shard core's own test counts).
+  if (transport != Transport::kLocal) {
+    EXPECT_EQ(run.group_members, (workers - 1) * shards);
+  }
+  if (transport == Transport::kShm) {
+    EXPECT_EQ(run.shm_mapped, shards);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorkersTransports, PreReduceTest,
+    ::testing::Combine(::testing::Values(2, 4),
+                       ::testing::Values(Transport::kGrpc, Transport::kShm,
+                                         Transport::kLocal)),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param), "workers_",
+                          testing::TransportName(std::get<1>(info.param)));
+    });
+
 // Shards that do not map the workers' segments (fulcrum-server
 // --shared_memory=false here; another uid or a full /dev/shm alike) leave
 // every stream on TCP: training is bit for bit TCP's, and each refusal is

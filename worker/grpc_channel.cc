@@ -59,6 +59,12 @@ GrpcParameterChannel::Connect(Stream* s) {
   h->set_generation(options_.generation);
   if (s->shard < static_cast<int>(options_.shard_credentials.size()))
     h->set_credential(options_.shard_credentials[s->shard]);
+  for (const GroupPeer& peer : options_.pushes_for) {
+    v1::GroupMember* m = h->add_group();
+    m->set_worker_id(peer.worker_id);
+    if (s->shard < static_cast<int>(peer.shard_credentials.size()))
+      m->set_credential(peer.shard_credentials[s->shard]);
+  }
   OfferSharedMemory(s, *conn, h);
   // A failed write means a failed stream: the receiver sees its status.
   conn->rw->Write(hello);

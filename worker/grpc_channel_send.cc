@@ -16,6 +16,15 @@ void GrpcParameterChannel::Push(int32_t id, int64_t step, int64_t samples,
   s->queue.push_back({id, step, samples, grads, stop, range});
 }
 
+void GrpcParameterChannel::PushShares(int32_t id, int64_t step,
+                                      int64_t samples, const float* grads,
+                                      bool stop,
+                                      absl::Span<const MemberShare> shares) {
+  Stream* s = streams_[stream_of_partition_[id]].get();
+  absl::MutexLock lock(&s->mu);
+  s->queue.push_back({id, step, samples, grads, stop, PushRange{}, shares});
+}
+
 namespace {
 
 // Pushes of one message at most, with shared memory (StreamRequest.more).
@@ -41,6 +50,16 @@ void FillPush(const QueuedPush& item, int64_t offset, WireEncoding encoding,
   }
   push->clear_indices();
   push->clear_shm();
+  push->clear_shares();
+  for (const MemberShare& share : item.shares) {
+    v1::Share* out = push->add_shares();
+    out->set_samples(share.samples);
+    if (share.range.chunk >= 0 && share.samples > 0) {
+      out->mutable_range()->set_chunk(share.range.chunk);
+      out->mutable_range()->set_begin(share.range.begin);
+      out->mutable_range()->set_end(share.range.end);
+    }
+  }
 }
 
 }  // namespace

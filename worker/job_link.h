@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/dataplane/parameter_channel.h"
 #include "fulcrum/v1/coordinator.pb.h"
 #include "fulcrum/v1/job.pb.h"
 
@@ -29,6 +30,10 @@ struct Assignment {
   bool initialize = false;
   // By shard index: the credential this worker's hello carries there.
   std::vector<std::string> shard_credentials;
+  // wire.pre_reduce: this generation's members on this host, leader first
+  // (WorkerAssignment.host_group), and the group's nonce; empty: none.
+  std::vector<GroupPeer> host_group;
+  std::string group_nonce;
 };
 
 // Assignment from the coordinator's message.

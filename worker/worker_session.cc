@@ -5,18 +5,26 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/job_spec.h"
 #include "common/status/status_macros.h"
+#include "worker/group_channel.h"
 
 namespace fulcrum {
 
 Assignment FromProto(const v1::WorkerAssignment& a) {
-  return Assignment{a.job_id(),
-                    a.spec(),
-                    a.rank(),
-                    a.world_size(),
-                    a.generation(),
-                    {a.shard_addresses().begin(), a.shard_addresses().end()},
-                    a.initialize(),
-                    {a.shard_credentials().begin(), a.shard_credentials().end()}};
+  Assignment out{a.job_id(),
+                 a.spec(),
+                 a.rank(),
+                 a.world_size(),
+                 a.generation(),
+                 {a.shard_addresses().begin(), a.shard_addresses().end()},
+                 a.initialize(),
+                 {a.shard_credentials().begin(), a.shard_credentials().end()}};
+  for (const v1::HostPeer& peer : a.host_group()) {
+    out.host_group.push_back(
+        {peer.worker_id(),
+         {peer.shard_credentials().begin(), peer.shard_credentials().end()}});
+  }
+  out.group_nonce = a.group_nonce();
+  return out;
 }
 
 WorkerSession::WorkerSession(Options options, Assignment first,
@@ -60,13 +68,15 @@ ChannelOptions WorkerSession::ChannelOptionsNow() const {
   o.encoder = encoder_.get();
   o.reconnect_timeout = options_.reconnect_timeout;
   o.on_reconnect = options_.on_reconnect;
+  o.host_group = a.host_group;
+  o.group_nonce = a.group_nonce;
   return o;
 }
 
 absl::StatusOr<int64_t> WorkerSession::Join() {
   if (channel_ != nullptr) Close().IgnoreError();
   const Assignment& assignment = assignment_;
-  channel_ = channels_->Create(ChannelOptionsNow(), layout_, params_);
+  channel_ = MakeGroupChannel(ChannelOptionsNow(), layout_, params_, channels_);
   // Named to give the job its values: the caller's, in the buffer now.
   if (assignment.initialize) RETURN_IF_ERROR(channel_->Initialize(params_));
   absl::StatusOr<int64_t> first = channel_->Open();

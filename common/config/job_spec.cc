@@ -162,6 +162,8 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"topk_warmup_steps",
        Scalar<int64_t>("an integer",
                        [wi](int64_t v) { wi->set_topk_warmup_steps(v); })},
+      {"pre_reduce",
+       Scalar<bool>("true or false", [wi](bool v) { wi->set_pre_reduce(v); })},
   };
   const std::map<std::string, Handler> workers = {
       {"min", Scalar<int>("an integer", [w](int v) { w->set_min(v); })},
@@ -658,6 +660,20 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Bad("wire.topk_warmup_steps",
                absl::StrCat("must be >= 0",
                             got(spec.wire().topk_warmup_steps())));
+  }
+  if (spec.wire().pre_reduce()) {
+    if (!(spec.consistency().mode() == "sync" ||
+          (spec.consistency().mode() == "ssp" &&
+           spec.consistency().staleness() == 0))) {
+      return Bad("wire.pre_reduce",
+                 "needs consistency.mode sync (a host's pushes are summed "
+                 "per step)");
+    }
+    if (spec.wire().topk() > 0) {
+      return Bad("wire.pre_reduce",
+                 "cannot be combined with wire.topk (the sum is pushed "
+                 "dense)");
+    }
   }
   RETURN_IF_ERROR(ValidateEmbeddingTables(spec));
   if (spec.model().type() == "embedding_mlp") {

@@ -70,6 +70,12 @@ TEST(JobSpecTest, WireEncodings) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_DOUBLE_EQ(spec->wire().topk(), 0.01);
   EXPECT_EQ(spec->wire().topk_warmup_steps(), 500);
+  EXPECT_FALSE(spec->wire().pre_reduce());
+  auto pre_reduced =
+      ParseJobSpec(std::string(kValid) + "wire: {pre_reduce: true}\n");
+  ASSERT_TRUE(pre_reduced.ok()) << pre_reduced.status();
+  EXPECT_TRUE(pre_reduced->wire().pre_reduce());
+  EXPECT_TRUE(ValidateJobSpec(*pre_reduced).ok());
   // kValid's optimizer is momentum: with topk it runs on the workers,
   // unless the job says otherwise.
   EXPECT_TRUE(MomentumOnWorkers(*spec));
@@ -232,6 +238,11 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"wire: {topk: lots}", "wire.topk"},
       {"wire: {topk: 0.01, topk_warmup_steps: -1}",
        "wire.topk_warmup_steps must be >= 0, got -1"},
+      {"consistency: {mode: async}\nwire: {pre_reduce: true}",
+       "wire.pre_reduce needs consistency.mode sync"},
+      {"wire: {pre_reduce: true, topk: 0.01}",
+       "wire.pre_reduce cannot be combined with wire.topk"},
+      {"wire: {pre_reduce: often}", "wire.pre_reduce"},
       {"name: ''", "name must not be empty"},
   };
   for (const Case& c : cases) {

@@ -28,6 +28,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/dataplane/gradient_encoder.h"
 #include "common/dataplane/payload.h"
 #include "common/dataplane/row_channel.h"
@@ -40,6 +41,12 @@ struct PushRange {
   int64_t chunk = -1, begin = 0, end = 0;
 };
 
+// One member's part of a pre-reduced push (ParameterChannel::PushShares).
+struct MemberShare {
+  int64_t samples = 0;
+  PushRange range;
+};
+
 // A push as a channel queues it: ParameterChannel::Push's arguments.
 struct QueuedPush {
   int32_t id;
@@ -48,6 +55,15 @@ struct QueuedPush {
   const float* grads;
   bool stop;
   PushRange range;
+  // Pre-reduced: one per member (not owned; see PushShares). Empty: none.
+  absl::Span<const MemberShare> shares = {};
+};
+
+// A worker of the generation on this host (Assignment.host_group).
+struct GroupPeer {
+  std::string worker_id;
+  // By shard index (only in the group leader's assignment).
+  std::vector<std::string> shard_credentials;
 };
 
 // The chunks a push of partition `p` travels in: calls `send(offset, count)`
@@ -88,6 +104,15 @@ struct ChannelOptions {
   // (the stream keeps the control); TCP when off, when the shard is
   // elsewhere or when it refuses the segment.
   bool shared_memory = true;
+  // wire.pre_reduce: this generation's members on this host, the group's
+  // leader first (Assignment.host_group); empty: no group. What
+  // MakeGroupChannel (worker/group_channel.h) reads; transports ignore it.
+  std::vector<GroupPeer> host_group;
+  std::string group_nonce;
+  // Set by the group leader on the channel it pushes through: the other
+  // members whose gradients its pushes carry (the hello names them, with
+  // their credentials); pushes then go through PushShares.
+  std::vector<GroupPeer> pushes_for;
   // How long a broken connection is retried before the channel fails.
   absl::Duration reconnect_timeout = absl::Seconds(30);
   // Called (from a channel thread) each time a broken connection re-opens.
@@ -129,6 +154,13 @@ class ParameterChannel {
   // reconnect; the shard applies nothing twice.
   virtual void Push(int32_t id, int64_t step, int64_t samples,
                     const float* grads, bool stop, PushRange range) = 0;
+  // A pre-reduced push (a channel opened with options.pushes_for): grads
+  // the samples-weighted mean of the members' gradients, samples their
+  // sum, `shares` one per member (this worker first, then pushes_for's
+  // order; not copied: valid until the next WaitForClock returns).
+  virtual void PushShares(int32_t id, int64_t step, int64_t samples,
+                          const float* grads, bool stop,
+                          absl::Span<const MemberShare> shares) = 0;
 
   // Waits until every partition has arrived for reading at `clock` (the
   // parameters to compute step `clock` with; in sync mode exactly version

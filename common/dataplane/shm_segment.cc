@@ -93,6 +93,46 @@ absl::StatusOr<const char*> Region(const ShmSegment& s, int64_t begin,
 
 absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(
     int64_t grad_bytes, int64_t params_bytes) {
+  char random[8 + kNonceBytes];
+  if (!RandomBytes(random, sizeof(random)))
+    return absl::UnavailableError("getrandom failed");
+  return CreateTagged(grad_bytes, params_bytes, Hex(std::string(random, 8)),
+                      std::string(random + 8, kNonceBytes));
+}
+
+absl::StatusOr<std::string> ShmSegment::FindTagged(const std::string& tag,
+                                                   const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return Errno("listing", dir);
+  std::string found;
+  while (dirent* e = readdir(d)) {
+    int64_t pid;
+    if (ParseName(e->d_name, &pid) &&
+        absl::EndsWith(e->d_name, absl::StrCat("-", tag))) {
+      found = absl::StrCat("/", e->d_name);
+      break;
+    }
+  }
+  closedir(d);
+  if (found.empty())
+    return absl::NotFoundError(absl::StrCat("no segment tagged ", tag));
+  return found;
+}
+
+void ShmSegment::Unlink() {
+  if (creator_) shm_unlink(name_.c_str());
+  creator_ = false;
+}
+
+absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::CreateTagged(
+    int64_t grad_bytes, int64_t params_bytes, const std::string& tag,
+    const std::string& nonce) {
+  int64_t ignored;
+  if (!ParseName(absl::StrCat(kPrefix, "1-", tag), &ignored) ||
+      nonce.size() != static_cast<size_t>(kNonceBytes)) {
+    return absl::InvalidArgumentError(
+        "a segment's tag is 16 hex digits and its nonce 16 bytes");
+  }
   if (grad_bytes < 0 || params_bytes < 0)
     return absl::InvalidArgumentError("negative shared-memory region");
   // One stream may not take the host's shared memory from everyone else
@@ -104,12 +144,8 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(
     return fits;
   }
   std::unique_ptr<ShmSegment> s(new ShmSegment());
-  char random[8 + kNonceBytes];
-  if (!RandomBytes(random, sizeof(random)))
-    return absl::UnavailableError("getrandom failed");
-  s->nonce_.assign(random + 8, kNonceBytes);
-  s->name_ = absl::StrCat("/", kPrefix, getpid(), "-",
-                          Hex(std::string(random, 8)));
+  s->nonce_ = nonce;
+  s->name_ = absl::StrCat("/", kPrefix, getpid(), "-", tag);
   s->grad_offset_ = kHeaderBytes;
   s->grad_bytes_ = RoundUp(grad_bytes);
   s->params_offset_ = s->grad_offset_ + s->grad_bytes_;
@@ -149,7 +185,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(
 }
 
 absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Attach(
-    const std::string& name, const std::string& nonce) {
+    const std::string& name, const std::string& nonce, bool unlink) {
   int64_t pid;
   if (name.empty() || name[0] != '/' || !ParseName(name.substr(1), &pid)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -210,7 +246,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Attach(
   s->grad_bytes_ = h.grad_bytes;
   s->params_offset_ = h.params_offset;
   s->params_bytes_ = h.params_bytes;
-  shm_unlink(name.c_str());  // the mapping stays; the name goes
+  if (unlink) shm_unlink(name.c_str());  // the mapping stays; the name goes
   return s;
 }
 

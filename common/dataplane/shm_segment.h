@@ -40,14 +40,28 @@ class ShmSegment {
   // space (FitsIn) or the pages cannot be reserved.
   static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(
       int64_t grad_bytes, int64_t params_bytes);
+  // The same with a name and nonce its mappers know beforehand (a host
+  // group's, group_segment.h): /fulcrum-<pid>-<tag>, tag 16 hex digits,
+  // nonce kNonceBytes.
+  static absl::StatusOr<std::unique_ptr<ShmSegment>> CreateTagged(
+      int64_t grad_bytes, int64_t params_bytes, const std::string& tag,
+      const std::string& nonce);
+  // The name of the segment /fulcrum-<pid>-<tag> in `dir` (any pid), or
+  // NOT_FOUND.
+  static absl::StatusOr<std::string> FindTagged(
+      const std::string& tag, const std::string& dir = "/dev/shm");
   // OK when `bytes` are at most half of the space free in `dir` now;
   // RESOURCE_EXHAUSTED saying how much is free otherwise.
   static absl::Status FitsIn(const std::string& dir, int64_t bytes);
   // Maps the segment `name` if it passes every check above, then unlinks
   // the name (shard side). INVALID_ARGUMENT / PERMISSION_DENIED / NOT_FOUND
   // say which check failed.
+  // unlink = false: the name stays for further mappers (a group's members);
+  // its creator removes it (Unlink, or its destructor).
   static absl::StatusOr<std::unique_ptr<ShmSegment>> Attach(
-      const std::string& name, const std::string& nonce);
+      const std::string& name, const std::string& nonce, bool unlink = true);
+  // Removes the name (the mappings stay). Creator side.
+  void Unlink();
   // Removes /dev/shm/fulcrum-<pid>-* whose creator pid is gone and which
   // are older than `min_age`; returns how many. The age guard keeps it off
   // live segments of processes in another pid namespace that shares

@@ -194,6 +194,12 @@ class Coordinator {
   v1::WorkerHeartbeatResponse AssignmentOf(WorkerMember& w,
                                            const std::string& reported_job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // wire.pre_reduce: the members (in rank order) registered with w's
+  // hostname, when two or more.
+  void AddHostGroup(const WorkerMember& w,
+                    const google::protobuf::RepeatedPtrField<std::string>&
+                        members,
+                    v1::WorkerAssignment* a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeShardStats(const std::string& shard_id,
                       const v1::ShardJobStats& stats, Effects* e)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -142,7 +142,20 @@ v1::WorkerHeartbeatResponse Coordinator::AssignmentOf(
   a->set_generation(job->status.generation());
   for (const std::string& address : job->shard_addresses)
     a->add_shard_addresses(address);
+  if (job->spec().wire().pre_reduce()) AddHostGroup(w, members, a);
   return response;
+}
+
+void Coordinator::AddHostGroup(const WorkerMember& w,
+                               const google::protobuf::RepeatedPtrField<
+                                   std::string>& members,
+                               v1::WorkerAssignment* a) {
+  for (const std::string& id : members) {
+    const WorkerMember* peer = members_.FindWorker(id);
+    if (peer != nullptr && peer->hostname == w.hostname)
+      a->add_host_group()->set_worker_id(id);
+  }
+  if (a->host_group_size() < 2) a->clear_host_group();
 }
 
 absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(

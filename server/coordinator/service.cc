@@ -82,11 +82,27 @@ grpc::Status CoordinatorService::AsMember(const grpc::ServerContext& context,
 
 void CoordinatorService::AddShardCredentials(const std::string& worker,
                                              v1::WorkerAssignment* a) const {
+  if (a->host_group_size() > 0) {
+    // One nonce per group and generation, secret where members are
+    // checked (derived from the coordinator's key, like the credentials).
+    const std::string group = absl::StrCat(
+        "group/", a->job_id(), "/", a->generation(), "/",
+        a->host_group(0).worker_id());
+    a->set_group_nonce(members_ == nullptr ? group
+                                           : members_->Credential(group));
+  }
   if (members_ == nullptr) return;
+  const bool leader =
+      a->host_group_size() > 0 && a->host_group(0).worker_id() == worker;
   for (const std::string& address : a->shard_addresses()) {
-    a->add_shard_credentials(StreamCredential(
-        members_->Credential(absl::StrCat("coordinator@", address)),
-        a->job_id(), worker));
+    const std::string key =
+        members_->Credential(absl::StrCat("coordinator@", address));
+    a->add_shard_credentials(StreamCredential(key, a->job_id(), worker));
+    if (!leader) continue;
+    for (v1::HostPeer& peer : *a->mutable_host_group()) {
+      peer.add_shard_credentials(
+          StreamCredential(key, a->job_id(), peer.worker_id()));
+    }
   }
 }
 

@@ -78,7 +78,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // The call is made by member `id` of `role` ("worker" or "shard").
   grpc::Status AsMember(const grpc::ServerContext& context,
                         const std::string& role, const std::string& id) const;
-  // Adds the shards' credentials for this worker to its assignment.
+  // Adds the shards' credentials for this worker to its assignment (and,
+  // to a host group's leader's, its peers'), and the group's nonce.
   void AddShardCredentials(const std::string& worker,
                            v1::WorkerAssignment* a) const;
 

@@ -107,11 +107,22 @@ void LocalParameterChannel::Push(int32_t id, int64_t step, int64_t samples,
   link->queue.push_back({id, step, samples, grads, stop, range});
 }
 
+void LocalParameterChannel::PushShares(int32_t id, int64_t step,
+                                       int64_t samples, const float* grads,
+                                       bool stop,
+                                       absl::Span<const MemberShare> shares) {
+  Link* link = links_[link_of_partition_[id]].get();
+  absl::MutexLock lock(&link->mu);
+  link->queue.push_back(
+      {id, step, samples, grads, stop, PushRange{}, shares});
+}
+
 void LocalParameterChannel::Serve(Link* link) {
   WorkerStream::Options options;
   options.cancelled = [link] { return link->Stopped(); };
-  const StreamHello hello{options_.job_id, options_.worker_id,
-                          options_.generation};
+  StreamHello hello{options_.job_id, options_.worker_id, options_.generation};
+  for (const GroupPeer& peer : options_.pushes_for)
+    hello.group.push_back(peer.worker_id);
   // The shard may not have the job or the generation yet: retry as the
   // gRPC channel re-opens a stream.
   const absl::Time until = absl::Now() + options_.reconnect_timeout;
@@ -156,8 +167,16 @@ void LocalParameterChannel::Serve(Link* link) {
           c.indices = e.indices;
         }
         c.stop = item.stop;
-        if (item.samples > 0)
+        if (item.samples > 0 && item.shares.empty())
           c.range = {item.range.chunk, item.range.begin, item.range.end};
+        for (const MemberShare& share : item.shares) {
+          c.shares.push_back(
+              {share.samples,
+               share.samples > 0 ? DataRange{share.range.chunk,
+                                             share.range.begin,
+                                             share.range.end}
+                                 : DataRange{}});
+        }
         failed = (*stream)->Push(c);
         return failed.ok();
       });

@@ -34,6 +34,9 @@ class LocalParameterChannel : public ParameterChannel {
   absl::StatusOr<int64_t> Open() override;
   void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
             bool stop, PushRange range) override;
+  void PushShares(int32_t id, int64_t step, int64_t samples,
+                  const float* grads, bool stop,
+                  absl::Span<const MemberShare> shares) override;
   absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop,
                             absl::FunctionRef<void(int32_t)> arrived) override;
   void Cancel() override;

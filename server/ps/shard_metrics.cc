@@ -47,6 +47,11 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
           "this shard mapped it (mapped) or left the stream on TCP "
           "(refused; the log says why).",
           {"result"})),
+      group_members(r.AddCounter(
+          "fulcrum_server_group_members_total",
+          "Workers whose gradients arrive summed in another member's stream "
+          "(wire.pre_reduce: one stream per host group), counted at each "
+          "stream's hello.")),
       jobs(r.AddGauge("fulcrum_server_jobs",
                       "Jobs whose partitions this shard holds.")),
       checkpoint_seconds(r.AddHistogram(
@@ -115,6 +120,7 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
   streams.WithLabels().Set(0);
   shm_streams.WithLabels({"mapped"});
   shm_streams.WithLabels({"refused"});
+  group_members.WithLabels();
 }
 
 ShardMetrics::Job ShardMetrics::ForJob(const std::string& job_id) {

@@ -52,6 +52,7 @@ struct ShardMetrics {
   metrics::Family<metrics::Counter>& nonfinite_updates;
   metrics::Family<metrics::Gauge>& streams;
   metrics::Family<metrics::Counter>& shm_streams;
+  metrics::Family<metrics::Counter>& group_members;
   metrics::Family<metrics::Gauge>& jobs;
   metrics::Family<metrics::Histogram>& checkpoint_seconds;
   metrics::Family<metrics::Counter>& checkpoint_failures;

@@ -106,6 +106,10 @@ absl::StatusOr<std::unique_ptr<WorkerStream>> WorkerStream::Open(
         "job ", hello.job_id, " waits for its values from a member; retry"));
   }
   const int member = members[0];
+  if (options.metrics != nullptr && members.size() > 1) {
+    options.metrics->group_members.WithLabels().Increment(
+        static_cast<double>(members.size() - 1));
+  }
   std::unique_ptr<WorkerStream> stream(
       new WorkerStream(std::move(job), std::move(members), hello.generation,
                        std::move(options), writer));

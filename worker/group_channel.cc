@@ -1,0 +1,394 @@
+#include "worker/group_channel.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/dataplane/group_segment.h"
+#include "common/status/status_macros.h"
+
+namespace fulcrum {
+namespace {
+
+// Longest a wait sleeps before it looks at deadlines, cancellation and pids.
+constexpr absl::Duration kPoll = absl::Milliseconds(50);
+
+bool Alive(int32_t pid) {
+  return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+// What the leader's and the members' channels share: the transport's
+// channel they may fall back to, cancellation, Initialize.
+class GroupChannelBase : public ParameterChannel {
+ public:
+  GroupChannelBase(ChannelOptions options, const ParameterLayout* layout,
+                   float* params, ChannelFactory* factory)
+      : options_(std::move(options)),
+        layout_(layout),
+        params_(params),
+        factory_(factory) {}
+
+  // An upload goes over a channel of the worker's own.
+  absl::Status Initialize(const float* values) override {
+    return factory_->Create(Solo(), layout_, params_)->Initialize(values);
+  }
+
+  void PushShares(int32_t, int64_t, int64_t, const float*, bool,
+                  absl::Span<const MemberShare>) override {
+    error_ = absl::InternalError("host groups do not nest");
+  }
+
+  void Cancel() override {
+    cancelled_.store(true);
+    absl::MutexLock lock(&mu_);
+    if (inner_ != nullptr) inner_->Cancel();
+  }
+
+ protected:
+  // The options of a channel that pushes for this worker alone.
+  ChannelOptions Solo() const {
+    ChannelOptions o = options_;
+    o.host_group.clear();
+    o.pushes_for.clear();
+    return o;
+  }
+  void SetInner(std::unique_ptr<ParameterChannel> inner) {
+    absl::MutexLock lock(&mu_);
+    inner_ = std::move(inner);
+    if (cancelled_.load()) inner_->Cancel();
+  }
+  // The waits' common checks: OK to go on waiting.
+  absl::Status Check(absl::Time deadline, absl::string_view waiting_for) const {
+    if (cancelled_.load()) return absl::CancelledError("channel cancelled");
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("host group: still waiting for ", waiting_for));
+    }
+    return absl::OkStatus();
+  }
+  float* Part(float* base, int32_t id) const {
+    return base + layout_->partitions()[id].offset;
+  }
+  int64_t PartBytes(int32_t id) const {
+    return layout_->partitions()[id].size * 4;
+  }
+
+  const ChannelOptions options_;
+  const ParameterLayout* const layout_;
+  float* const params_;
+  ChannelFactory* const factory_;
+  std::atomic<bool> cancelled_{false};
+  absl::Status error_;
+  std::unique_ptr<GroupSegment> segment_;
+  // Set once (Open); then used by the training thread only, and by Cancel.
+  absl::Mutex mu_;
+  std::unique_ptr<ParameterChannel> inner_;
+};
+
+// The group's first member: the only streams to the shards.
+class LeaderChannel : public GroupChannelBase {
+ public:
+  using GroupChannelBase::GroupChannelBase;
+
+  absl::StatusOr<int64_t> Open() override {
+    const int n = static_cast<int>(options_.host_group.size());
+    absl::StatusOr<std::unique_ptr<GroupSegment>> g = GroupSegment::Create(
+        options_.group_nonce, n,
+        static_cast<int>(layout_->partitions().size()), layout_->total_size());
+    ChannelOptions inner = Solo();
+    if (g.ok()) {
+      segment_ = std::move(*g);
+      const absl::Time until = absl::Now() + kGroupJoinWindow;
+      for (;;) {
+        const uint32_t seen = segment_->pushes_seq();
+        if (segment_->joined() == n || cancelled_.load() ||
+            absl::Now() >= until)
+          break;
+        segment_->WaitPushes(seen, kPoll);
+      }
+      const std::vector<bool> joined = segment_->CloseAdmission();
+      for (int i = 1; i < n; ++i) {
+        if (!joined[i]) continue;
+        slots_.push_back(i);
+        inner.pushes_for.push_back(options_.host_group[i]);
+      }
+    } else {
+      std::cerr << "fulcrum-worker: " << options_.worker_id
+                << ": no host-group segment (" << g.status()
+                << "); every member pushes for itself\n";
+    }
+    if (slots_.size() + 1 < static_cast<size_t>(n) && segment_ != nullptr) {
+      std::cerr << "fulcrum-worker: " << options_.worker_id << ": "
+                << slots_.size() << " of " << n - 1
+                << " host-group members joined; the others push for "
+                   "themselves\n";
+    }
+    if (slots_.empty()) segment_.reset();
+    SetInner(factory_->Create(std::move(inner), layout_, params_));
+    absl::StatusOr<int64_t> clock = inner_->Open();
+    if (segment_ == nullptr) return clock;
+    if (!clock.ok()) {
+      segment_->Fail(static_cast<int>(clock.status().code()));
+      return clock;
+    }
+    std::memcpy(segment_->params(), params_, layout_->total_size() * 4);
+    for (const Partition& p : layout_->partitions())
+      segment_->PublishParams(p.id, *clock);
+    segment_->SetOpened(*clock);
+    reduced_.assign(layout_->total_size(), 0.0f);
+    shares_.assign(layout_->partitions().size(),
+                   std::vector<MemberShare>(slots_.size() + 1));
+    return clock;
+  }
+
+  void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
+            bool stop, PushRange range) override {
+    if (segment_ == nullptr) {
+      inner_->Push(id, step, samples, grads, stop, range);
+      return;
+    }
+    pending_.push_back({id, step, samples, grads, stop, range});
+    if (error_.ok()) error_ = Flush(absl::InfiniteFuture(), /*block=*/false);
+  }
+
+  absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop,
+                            absl::FunctionRef<void(int32_t)> arrived) override {
+    if (segment_ == nullptr)
+      return inner_->WaitForClock(clock, deadline, stop, arrived);
+    absl::Status s = error_.ok() ? Flush(deadline, /*block=*/true) : error_;
+    if (s.ok()) {
+      s = inner_->WaitForClock(clock, deadline, stop, [&](int32_t id) {
+        std::memcpy(Part(segment_->params(), id), Part(params_, id),
+                    PartBytes(id));
+        segment_->PublishParams(id, clock);
+        arrived(id);
+      });
+    }
+    if (s.ok()) {
+      segment_->SetDone(clock, *stop);
+    } else {
+      segment_->Fail(static_cast<int>(s.code()));
+    }
+    return s;
+  }
+
+  absl::Status Close() override {
+    if (segment_ != nullptr)
+      segment_->Fail(static_cast<int>(absl::StatusCode::kUnavailable));
+    absl::Status s = inner_ != nullptr ? inner_->Close() : absl::OkStatus();
+    return s.ok() ? error_ : s;
+  }
+
+ private:
+  // Sums and pushes the pending partitions, in their order, whose every
+  // joined member has published its push; block: waits for them (until
+  // `deadline`), else stops at the first that is not complete.
+  absl::Status Flush(absl::Time deadline, bool block) {
+    std::vector<GroupPush> got(slots_.size());
+    while (!pending_.empty()) {
+      const QueuedPush& own = pending_.front();
+      const uint32_t seen = segment_->pushes_seq();
+      size_t k = 0;
+      while (k < slots_.size() &&
+             segment_->Pushed(slots_[k], own.id, own.step, &got[k]))
+        ++k;
+      if (k == slots_.size()) {
+        Reduce(own, got);
+        pending_.pop_front();
+        continue;
+      }
+      if (!block) return absl::OkStatus();
+      const int slot = slots_[k];
+      const std::string& who = options_.host_group[slot].worker_id;
+      if (segment_->left(slot) || !Alive(segment_->pid(slot))) {
+        return absl::UnavailableError(absl::StrCat(
+            "host group: member ", who, " left or died before pushing step ",
+            own.step));
+      }
+      RETURN_IF_ERROR(Check(deadline, absl::StrCat(who, "'s push of partition ",
+                                                   own.id, " of step ",
+                                                   own.step)));
+      segment_->WaitPushes(seen, std::min(kPoll, deadline - absl::Now()));
+    }
+    return absl::OkStatus();
+  }
+
+  // The samples-weighted mean of the group's gradients of one partition,
+  // pushed with each member's share.
+  void Reduce(const QueuedPush& own, const std::vector<GroupPush>& got) {
+    const Partition& part = layout_->partitions()[own.id];
+    std::vector<MemberShare>& shares = shares_[own.id];
+    shares[0] = {own.samples, own.range};
+    int64_t total = own.samples;
+    bool stop = own.stop;
+    for (size_t k = 0; k < got.size(); ++k) {
+      shares[k + 1] = {got[k].samples,
+                       PushRange{got[k].chunk, got[k].begin, got[k].end}};
+      total += got[k].samples;
+      stop |= got[k].stop;
+    }
+    if (total == 0) {
+      inner_->PushShares(own.id, own.step, 0, reduced_.data(), stop, shares);
+      return;
+    }
+    float* out = reduced_.data() + part.offset;
+    const float w0 = static_cast<float>(own.samples) / total;
+    if (own.samples > 0) {
+      const float* g = own.grads + part.offset;
+      for (int64_t i = 0; i < part.size; ++i) out[i] = w0 * g[i];
+    } else {
+      std::fill(out, out + part.size, 0.0f);
+    }
+    for (size_t k = 0; k < got.size(); ++k) {
+      if (got[k].samples == 0) continue;
+      const float w = static_cast<float>(got[k].samples) / total;
+      const float* g = segment_->grads(slots_[k]) + part.offset;
+      for (int64_t i = 0; i < part.size; ++i) out[i] += w * g[i];
+    }
+    inner_->PushShares(own.id, own.step, total, reduced_.data(), stop, shares);
+  }
+
+  std::vector<int> slots_;  // the members that joined
+  std::deque<QueuedPush> pending_;
+  std::vector<float> reduced_;
+  std::vector<std::vector<MemberShare>> shares_;  // by partition
+};
+
+// Any other member: its pushes and parameters go through the segment.
+class MemberChannel : public GroupChannelBase {
+ public:
+  MemberChannel(ChannelOptions options, const ParameterLayout* layout,
+                float* params, ChannelFactory* factory, int slot)
+      : GroupChannelBase(std::move(options), layout, params, factory),
+        slot_(slot) {}
+
+  absl::StatusOr<int64_t> Open() override {
+    const int n = static_cast<int>(options_.host_group.size());
+    const absl::Time until = absl::Now() + kGroupJoinWindow;
+    absl::StatusOr<std::unique_ptr<GroupSegment>> g;
+    for (;;) {
+      g = GroupSegment::Join(options_.group_nonce, slot_, n,
+                             static_cast<int>(layout_->partitions().size()),
+                             layout_->total_size());
+      // Not there yet, or caught between the leader's create and its
+      // header (too small, no nonce yet): try again within the window. A
+      // closed admission is final.
+      if (g.ok() || absl::IsFailedPrecondition(g.status()) ||
+          cancelled_.load() || absl::Now() >= until)
+        break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (!g.ok()) {
+      std::cerr << "fulcrum-worker: " << options_.worker_id
+                << ": not in the host group (" << g.status()
+                << "); pushing for itself\n";
+      SetInner(factory_->Create(Solo(), layout_, params_));
+      return inner_->Open();
+    }
+    segment_ = std::move(*g);
+    const absl::Time deadline =
+        absl::Now() + kGroupJoinWindow + options_.connect_timeout;
+    for (;;) {
+      const uint32_t seen = segment_->params_seq();
+      const int64_t opened = segment_->opened();
+      if (opened >= 0) {
+        std::memcpy(params_, segment_->params(), layout_->total_size() * 4);
+        return opened;
+      }
+      RETURN_IF_ERROR(CheckLeader(deadline, "the leader's first parameters"));
+      segment_->WaitParams(seen, std::min(kPoll, deadline - absl::Now()));
+    }
+  }
+
+  void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
+            bool stop, PushRange range) override {
+    if (segment_ == nullptr) {
+      inner_->Push(id, step, samples, grads, stop, range);
+      return;
+    }
+    if (samples > 0) {
+      std::memcpy(Part(segment_->grads(slot_), id), grads + layout_->partitions()[id].offset,
+                  PartBytes(id));
+    }
+    segment_->Publish(slot_, id, step,
+                      {samples, range.chunk, range.begin, range.end, stop});
+  }
+
+  absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop,
+                            absl::FunctionRef<void(int32_t)> arrived) override {
+    if (segment_ == nullptr)
+      return inner_->WaitForClock(clock, deadline, stop, arrived);
+    RETURN_IF_ERROR(error_);
+    std::vector<bool> got(layout_->partitions().size(), false);
+    size_t remaining = got.size();
+    for (;;) {
+      const uint32_t seen = segment_->params_seq();
+      for (const Partition& p : layout_->partitions()) {
+        if (got[p.id] || segment_->ParamsClock(p.id) < clock) continue;
+        std::memcpy(Part(params_, p.id), Part(segment_->params(), p.id),
+                    PartBytes(p.id));
+        got[p.id] = true;
+        --remaining;
+        arrived(p.id);
+      }
+      if (remaining == 0 && segment_->done(stop) >= clock)
+        return absl::OkStatus();
+      RETURN_IF_ERROR(CheckLeader(
+          deadline, absl::StrCat("the parameters of step ", clock)));
+      segment_->WaitParams(seen, std::min(kPoll, deadline - absl::Now()));
+    }
+  }
+
+  absl::Status Close() override {
+    if (segment_ != nullptr) segment_->Leave(slot_);
+    return inner_ != nullptr ? inner_->Close() : error_;
+  }
+
+ private:
+  absl::Status CheckLeader(absl::Time deadline, absl::string_view what) const {
+    if (const int code = segment_->failed(); code != 0) {
+      return absl::Status(
+          static_cast<absl::StatusCode>(code),
+          absl::StrCat("host group leader ", options_.host_group[0].worker_id,
+                       " ended its channel (", absl::StatusCodeToString(
+                           static_cast<absl::StatusCode>(code)),
+                       ")"));
+    }
+    if (!Alive(segment_->pid(0))) {
+      return absl::UnavailableError(absl::StrCat(
+          "host group leader ", options_.host_group[0].worker_id, " died"));
+    }
+    return Check(deadline, what);
+  }
+
+  const int slot_;
+};
+
+}  // namespace
+
+std::unique_ptr<ParameterChannel> MakeGroupChannel(ChannelOptions options,
+                                                   const ParameterLayout* layout,
+                                                   float* params,
+                                                   ChannelFactory* factory) {
+  int slot = -1;
+  for (size_t i = 0; i < options.host_group.size(); ++i)
+    if (options.host_group[i].worker_id == options.worker_id) slot = i;
+  if (options.host_group.size() < 2 || slot < 0) {
+    options.host_group.clear();
+    return factory->Create(std::move(options), layout, params);
+  }
+  if (slot == 0) {
+    return std::make_unique<LeaderChannel>(std::move(options), layout, params,
+                                           factory);
+  }
+  return std::make_unique<MemberChannel>(std::move(options), layout, params,
+                                         factory, slot);
+}
+
+}  // namespace fulcrum
