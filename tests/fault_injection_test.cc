@@ -181,6 +181,21 @@ double ShmStreamsMapped(const ProcessCluster& c) {
   return mapped;
 }
 
+// The sum over the running shards of a counter's series (`series` as
+// /metrics prints it, e.g. name{label="v"}).
+double ServerCounter(const ProcessCluster& c, const std::string& series) {
+  double sum = 0;
+  for (const auto& e : c.MetricsEndpoints(absl::Seconds(5))) {
+    if (e.role != "server") continue;
+    absl::StatusOr<testing::HttpResponse> r = testing::HttpGet(e.port, "/metrics");
+    if (!r.ok()) continue;  // a killed shard
+    const size_t at = r->body.find("\n" + series + " ");
+    if (at != std::string::npos)
+      sum += std::atof(r->body.c_str() + at + series.size() + 2);
+  }
+  return sum;
+}
+
 // Shared-memory names in /dev/shm that process `pid` created.
 int ShmNamesOf(pid_t pid) {
   const std::string prefix = absl::StrCat("fulcrum-", pid, "-");
@@ -226,6 +241,48 @@ TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
       absl::Seconds(5), "training to continue");
   ExpectFinishedExactlyOnce(c, job, 3);
   EXPECT_EQ(ShmNamesOf(worker_pid), 0) << "the killed worker's segments stayed";
+}
+
+// wire.pre_reduce: the three workers of this host form one group whose
+// leader (rank 0) pushes for all. SIGKILL the leader mid-step: the others
+// see it die, the lease drops it, the next generation's group forms around
+// a new leader, and every sample is still trained once per epoch.
+TEST_F(FaultTest, AKilledGroupLeaderIsReplacedAndEverySampleTrainsOnce) {
+  ProcessCluster c("kill_leader", {.shards = 2,
+                                   .workers = 3,
+                                   .coordinator_flags = {"--lease_ms=2000"}});
+  ASSERT_FALSE(c.address().empty()) << c.Logs();
+  const std::string job = Submit(
+      c, Job("kill-leader", "epochs: 3\nworkers: {min: 3, max: 3}\n"
+                            "shards: 2\nwire: {pre_reduce: true}\n"));
+  WaitForStep(c, job, 25);
+  // Both shards take the two members' gradients in the leader's stream.
+  EXPECT_GE(ServerCounter(c, "fulcrum_server_group_members_total"), 4)
+      << c.Logs();
+  // The leader is the worker that says it is rank 0.
+  std::string leader;
+  for (const char* w : {"worker-0", "worker-1", "worker-2"}) {
+    std::ifstream log(c.dir() + "/" + w + ".log");
+    const std::string text((std::istreambuf_iterator<char>(log)),
+                           std::istreambuf_iterator<char>());
+    if (text.find("generation 1: rank 0 of 3") != std::string::npos) leader = w;
+  }
+  ASSERT_FALSE(leader.empty()) << c.Logs();
+  c.Kill(leader);
+  v1::JobStatus s = WaitFor(
+      c, job, [](const v1::JobStatus& s) { return s.generation() >= 2; },
+      absl::Seconds(20), "generation 2");
+  EXPECT_EQ(s.workers_size(), 2);
+  // The survivors form the new group: one more member pushed by its leader
+  // on each shard.
+  WaitFor(
+      c, job,
+      [&c](const v1::JobStatus& s) {
+        return ServerCounter(c, "fulcrum_server_group_members_total") >= 6 ||
+               Ended(s);
+      },
+      absl::Seconds(20), "the new group's streams");
+  ExpectFinishedExactlyOnce(c, job, 3);
 }
 
 // A worker paused past its lease (SIGSTOP: a stop signal, a long stall) is

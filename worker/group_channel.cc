@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -19,8 +20,17 @@ namespace {
 // Longest a wait sleeps before it looks at deadlines, cancellation and pids.
 constexpr absl::Duration kPoll = absl::Milliseconds(50);
 
+// Whether process `pid` still runs: not gone, and not a zombie (a dead
+// leader stays one until its parent reaps it - a launcher may not at once).
 bool Alive(int32_t pid) {
-  return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH;
+  if (pid <= 0) return true;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() ||
+         (line[paren + 2] != 'Z' && line[paren + 2] != 'X');
 }
 
 // What the leader's and the members' channels share: the transport's
@@ -104,7 +114,7 @@ class LeaderChannel : public GroupChannelBase {
     ChannelOptions inner = Solo();
     if (g.ok()) {
       segment_ = std::move(*g);
-      const absl::Time until = absl::Now() + kGroupJoinWindow;
+      const absl::Time until = absl::Now() + options_.group_join_window;
       for (;;) {
         const uint32_t seen = segment_->pushes_seq();
         if (segment_->joined() == n || cancelled_.load() ||
@@ -270,7 +280,7 @@ class MemberChannel : public GroupChannelBase {
 
   absl::StatusOr<int64_t> Open() override {
     const int n = static_cast<int>(options_.host_group.size());
-    const absl::Time until = absl::Now() + kGroupJoinWindow;
+    const absl::Time until = absl::Now() + options_.group_join_window;
     absl::StatusOr<std::unique_ptr<GroupSegment>> g;
     for (;;) {
       g = GroupSegment::Join(options_.group_nonce, slot_, n,
@@ -293,7 +303,7 @@ class MemberChannel : public GroupChannelBase {
     }
     segment_ = std::move(*g);
     const absl::Time deadline =
-        absl::Now() + kGroupJoinWindow + options_.connect_timeout;
+        absl::Now() + options_.group_join_window + options_.connect_timeout;
     for (;;) {
       const uint32_t seen = segment_->params_seq();
       const int64_t opened = segment_->opened();

@@ -8,7 +8,8 @@
 // it receives back through the segment. So a shard receives one stream per
 // host instead of one per worker, and computes the same update.
 //
-// A member that cannot join the group (no segment within the join window,
+// A member that cannot join the group (no segment within
+// options.group_join_window,
 // admission closed, another /dev/shm) trains over its own streams; the
 // leader pushes only for the members that joined. A member whose leader
 // dies or fails ends its waits with UNAVAILABLE (or the leader's code:
@@ -25,10 +26,6 @@
 #include "common/dataplane/parameter_channel.h"
 
 namespace fulcrum {
-
-// How long a leader waits for its members to join, and a member for its
-// leader's segment, before each goes on without the other.
-inline constexpr absl::Duration kGroupJoinWindow = absl::Seconds(10);
 
 // The channel for `options`: the transport's own (`factory`, not owned)
 // when options.host_group is empty, else the group leader's or member's.

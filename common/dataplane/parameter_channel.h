@@ -109,6 +109,9 @@ struct ChannelOptions {
   // MakeGroupChannel (worker/group_channel.h) reads; transports ignore it.
   std::vector<GroupPeer> host_group;
   std::string group_nonce;
+  // How long a group's leader waits for its members to join, and a member
+  // for its leader's segment, before each goes on without the other.
+  absl::Duration group_join_window = absl::Seconds(10);
   // Set by the group leader on the channel it pushes through: the other
   // members whose gradients its pushes carry (the hello names them, with
   // their credentials); pushes then go through PushShares.

@@ -80,23 +80,23 @@ grpc::Status CoordinatorService::AsMember(const grpc::ServerContext& context,
   return grpc::Status::OK;
 }
 
-void CoordinatorService::AddShardCredentials(const std::string& worker,
-                                             v1::WorkerAssignment* a) const {
+void AddShardCredentials(const MemberSecret* members, const std::string& worker,
+                         v1::WorkerAssignment* a) {
   if (a->host_group_size() > 0) {
     // One nonce per group and generation, secret where members are
     // checked (derived from the coordinator's key, like the credentials).
     const std::string group = absl::StrCat(
         "group/", a->job_id(), "/", a->generation(), "/",
         a->host_group(0).worker_id());
-    a->set_group_nonce(members_ == nullptr ? group
-                                           : members_->Credential(group));
+    a->set_group_nonce(members == nullptr ? group
+                                           : members->Credential(group));
   }
-  if (members_ == nullptr) return;
+  if (members == nullptr) return;
   const bool leader =
       a->host_group_size() > 0 && a->host_group(0).worker_id() == worker;
   for (const std::string& address : a->shard_addresses()) {
     const std::string key =
-        members_->Credential(absl::StrCat("coordinator@", address));
+        members->Credential(absl::StrCat("coordinator@", address));
     a->add_shard_credentials(StreamCredential(key, a->job_id(), worker));
     if (!leader) continue;
     for (v1::HostPeer& peer : *a->mutable_host_group()) {
@@ -125,7 +125,7 @@ grpc::Status CoordinatorService::WorkerHeartbeat(
     return auth;
   grpc::Status s = Reply(core_->WorkerHeartbeat(*r), out);
   if (s.ok() && out->has_assignment())
-    AddShardCredentials(r->worker_id(), out->mutable_assignment());
+    AddShardCredentials(members_, r->worker_id(), out->mutable_assignment());
   return s;
 }
 

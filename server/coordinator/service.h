@@ -18,6 +18,13 @@
 
 namespace fulcrum {
 
+// Adds the shards' credentials for `worker` to its assignment (and, to a
+// host group's leader's, its peers'), and the group's nonce: derived from
+// `members`' secret, so that only the coordinator can make them; `members`
+// null (tests, nothing checked): no credentials, a nonce that is not secret.
+void AddShardCredentials(const MemberSecret* members, const std::string& worker,
+                         v1::WorkerAssignment* a);
+
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
   // `core` is not owned and must outlive the service. The user-facing calls
@@ -78,10 +85,6 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // The call is made by member `id` of `role` ("worker" or "shard").
   grpc::Status AsMember(const grpc::ServerContext& context,
                         const std::string& role, const std::string& id) const;
-  // Adds the shards' credentials for this worker to its assignment (and,
-  // to a host group's leader's, its peers'), and the group's nonce.
-  void AddShardCredentials(const std::string& worker,
-                           v1::WorkerAssignment* a) const;
 
   Coordinator* const core_;  // Not owned.
   const ApiToken token_;

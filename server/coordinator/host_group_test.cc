@@ -1,0 +1,99 @@
+// wire.pre_reduce on the coordinator: each member learns the members of its
+// generation registered with its hostname (rank order, the leader first),
+// only when there are two or more and the job asks; the leader alone gets
+// its peers' shard credentials, and the group one nonce, made from the
+// coordinator's secret.
+#include <map>
+
+#include "common/concurrency/executor.h"
+#include "common/net/member_credential.h"
+#include "common/testing/fault_injection_env.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/coordinator_core.h"
+#include "server/coordinator/service.h"
+#include "server/coordinator/testing/fake_shards.h"
+#include "server/coordinator/testing/test_specs.h"
+
+namespace fulcrum {
+namespace {
+
+// The assignments of a running job of workers on `hosts` (by worker id).
+std::map<std::string, v1::WorkerAssignment> Assignments(
+    const std::vector<std::string>& hosts, bool pre_reduce,
+    std::vector<std::string>* ids) {
+  testing::FaultInjectionEnv env;
+  InlineExecutor executor;
+  testing::FakeShards shards;
+  Coordinator::Options o;
+  o.env = &env;
+  o.executor = &executor;
+  Coordinator c(o, &shards);
+  v1::JobSpec spec = testing::TinySpec(static_cast<int>(hosts.size()),
+                                       static_cast<int>(hosts.size()), 1);
+  spec.mutable_wire()->set_pre_reduce(pre_reduce);
+  EXPECT_TRUE(c.SubmitJob(spec).ok());
+  for (const std::string& host : hosts)
+    ids->push_back(c.RegisterWorker(testing::WorkerOn(host))->worker_id());
+  v1::RegisterShardRequest shard;
+  shard.set_address("127.0.0.1:1");
+  EXPECT_TRUE(c.RegisterShard(shard).ok());
+  c.Tick();
+  std::map<std::string, v1::WorkerAssignment> out;
+  for (const std::string& id : *ids) {
+    v1::WorkerHeartbeatRequest beat;
+    beat.set_worker_id(id);
+    out[id] = c.WorkerHeartbeat(beat)->assignment();
+    EXPECT_EQ(out[id].generation(), 1) << id;
+  }
+  return out;
+}
+
+std::vector<std::string> Group(const v1::WorkerAssignment& a) {
+  std::vector<std::string> ids;
+  for (const v1::HostPeer& p : a.host_group()) ids.push_back(p.worker_id());
+  return ids;
+}
+
+TEST(HostGroupTest, MembersOnOneHostFormAGroupInRankOrder) {
+  std::vector<std::string> ids;
+  auto a = Assignments({"a", "b", "a", "a"}, true, &ids);
+  // Ranks follow the members' order; the group is the host's members.
+  const std::vector<std::string> on_a = {ids[0], ids[2], ids[3]};
+  for (const std::string& id : on_a) EXPECT_EQ(Group(a[id]), on_a) << id;
+  EXPECT_EQ(a[ids[0]].rank(), 0);
+  // Alone on host b: no group.
+  EXPECT_EQ(a[ids[1]].host_group_size(), 0);
+
+  std::vector<std::string> off_ids;
+  auto off = Assignments({"a", "a"}, false, &off_ids);
+  for (const std::string& id : off_ids)
+    EXPECT_EQ(off[id].host_group_size(), 0) << "pre_reduce is off";
+}
+
+TEST(HostGroupTest, TheLeaderAloneGetsItsPeersCredentials) {
+  std::vector<std::string> ids;
+  auto a = Assignments({"a", "a"}, true, &ids);
+  const MemberSecret secret = MemberSecret::Random();
+  v1::WorkerAssignment leader = a[ids[0]], member = a[ids[1]];
+  AddShardCredentials(&secret, ids[0], &leader);
+  AddShardCredentials(&secret, ids[1], &member);
+  ASSERT_EQ(leader.shard_credentials_size(), 1);
+  ASSERT_EQ(leader.host_group_size(), 2);
+  // The leader can prove each peer to the shard, as the peer itself could.
+  EXPECT_EQ(leader.host_group(1).shard_credentials(0),
+            member.shard_credentials(0));
+  EXPECT_EQ(leader.host_group(0).shard_credentials(0),
+            leader.shard_credentials(0));
+  for (const v1::HostPeer& p : member.host_group())
+    EXPECT_EQ(p.shard_credentials_size(), 0) << "only the leader's copy";
+  // One nonce for the group, from the secret: another coordinator's differs.
+  EXPECT_FALSE(leader.group_nonce().empty());
+  EXPECT_EQ(leader.group_nonce(), member.group_nonce());
+  const MemberSecret other = MemberSecret::Random();
+  v1::WorkerAssignment elsewhere = a[ids[1]];
+  AddShardCredentials(&other, ids[1], &elsewhere);
+  EXPECT_NE(elsewhere.group_nonce(), member.group_nonce());
+}
+
+}  // namespace
+}  // namespace fulcrum
