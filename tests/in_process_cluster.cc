@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/config/job_spec.h"
 #include "common/net/grpc_options.h"
 #include "server/ps/local_channel.h"
 #include "worker/backend/cpu_backend.h"
@@ -96,7 +97,7 @@ TrainRun TrainInProcess(
       if (tune) tune(w, &options);
       Trainer trainer(run.backends[w].get(), channels, options);
       Assignment a{"job", spec, w, workers, 1, addresses};
-      if (spec.wire().pre_reduce() && workers > 1) {
+      if (PreReduce(spec) && workers > 1) {
         // One host: every worker in one group, rank 0 leading.
         for (const std::string& id : ids) a.host_group.push_back({id, {}});
         a.group_nonce = group_nonce;

@@ -83,6 +83,12 @@ bool CoordinatorLink::Heartbeat() {
   grpc::ClientContext context;
   SetTimeout(&context,
              std::chrono::milliseconds(std::max<int64_t>(1000, interval)));
+  // Waits (to the deadline) for the connection instead of failing at once
+  // while the channel backs off: the waiting call drives the reconnection.
+  // A process whose only gRPC calls are heartbeats (a host group's member,
+  // which has no streams of its own) otherwise kept failing with the old
+  // error after a restarted coordinator was back, and lost its job.
+  context.set_wait_for_ready(true);
   Sign(&context);
   v1::WorkerHeartbeatResponse response;
   const grpc::Status s = stub_->WorkerHeartbeat(&context, request, &response);

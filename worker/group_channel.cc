@@ -2,13 +2,16 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <fstream>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/dataplane/group_segment.h"
@@ -183,6 +186,7 @@ class LeaderChannel : public GroupChannelBase {
     if (s.ok()) {
       segment_->SetDone(clock, *stop);
     } else {
+      s = Blame(std::move(s));
       segment_->Fail(static_cast<int>(s.code()));
     }
     return s;
@@ -209,7 +213,7 @@ class LeaderChannel : public GroupChannelBase {
              segment_->Pushed(slots_[k], own.id, own.step, &got[k]))
         ++k;
       if (k == slots_.size()) {
-        Reduce(own, got);
+        RETURN_IF_ERROR(Reduce(own, got));
         pending_.pop_front();
         continue;
       }
@@ -230,9 +234,35 @@ class LeaderChannel : public GroupChannelBase {
   }
 
   // The samples-weighted mean of the group's gradients of one partition,
-  // pushed with each member's share.
-  void Reduce(const QueuedPush& own, const std::vector<GroupPush>& got) {
+  // pushed with each member's share. A member's gradient that is not
+  // finite fails that member (as the shard would fail its push) and the
+  // group's step (UNAVAILABLE: the others re-join without it).
+  absl::Status Reduce(const QueuedPush& own, const std::vector<GroupPush>& got) {
     const Partition& part = layout_->partitions()[own.id];
+    if (own.step != largest_step_) {
+      largest_.assign(slots_.size() + 1, 0.0f);
+      largest_step_ = own.step;
+    }
+    if (own.samples > 0)
+      largest_[0] = std::max(largest_[0], Largest(own.grads + part.offset, part.size));
+    for (size_t k = 0; k < got.size(); ++k) {
+      if (got[k].samples == 0) continue;
+      const float* g = segment_->grads(slots_[k]) + part.offset;
+      int64_t bad = -1;
+      for (int64_t i = 0; i < part.size && bad < 0; ++i)
+        if (!std::isfinite(g[i])) bad = i;
+      if (bad >= 0) {
+        const std::string& who = options_.host_group[slots_[k]].worker_id;
+        segment_->FailSlot(
+            slots_[k], static_cast<int>(absl::StatusCode::kInvalidArgument),
+            absl::StrCat("push.data element ", bad, " of partition ", own.id,
+                         " is not finite (", g[bad], ")"));
+        return absl::UnavailableError(absl::StrCat(
+            "host group: member ", who, "'s gradient of step ", own.step,
+            " is not finite; the group re-joins without it"));
+      }
+      largest_[k + 1] = std::max(largest_[k + 1], Largest(g, part.size));
+    }
     std::vector<MemberShare>& shares = shares_[own.id];
     shares[0] = {own.samples, own.range};
     int64_t total = own.samples;
@@ -245,7 +275,7 @@ class LeaderChannel : public GroupChannelBase {
     }
     if (total == 0) {
       inner_->PushShares(own.id, own.step, 0, reduced_.data(), stop, shares);
-      return;
+      return absl::OkStatus();
     }
     float* out = reduced_.data() + part.offset;
     const float w0 = static_cast<float>(own.samples) / total;
@@ -262,9 +292,39 @@ class LeaderChannel : public GroupChannelBase {
       for (int64_t i = 0; i < part.size; ++i) out[i] += w * g[i];
     }
     inner_->PushShares(own.id, own.step, total, reduced_.data(), stop, shares);
+    return absl::OkStatus();
+  }
+
+  static float Largest(const float* g, int64_t n) {
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(g[i]));
+    return m;
+  }
+
+  // A refused update (the shard: "would have made values non-finite")
+  // names the group's stream; the member whose gradient of the step held
+  // the largest element is the one to fail, as the shard fails a worker
+  // of its own. The leader itself: the error is its own.
+  absl::Status Blame(absl::Status s) {
+    if (s.code() != absl::StatusCode::kInvalidArgument ||
+        !absl::StrContains(s.message(), "non-finite") || largest_.empty())
+      return s;
+    const size_t culprit =
+        std::max_element(largest_.begin(), largest_.end()) - largest_.begin();
+    if (culprit == 0) return s;
+    const int slot = slots_[culprit - 1];
+    segment_->FailSlot(slot, static_cast<int>(s.code()), std::string(s.message()));
+    return absl::UnavailableError(absl::StrCat(
+        "host group: member ", options_.host_group[slot].worker_id,
+        "'s push held the largest element of a refused update; the group "
+        "re-joins without it"));
   }
 
   std::vector<int> slots_;  // the members that joined
+  // Per member (leader first): the largest |element| pushed in step
+  // largest_step_.
+  std::vector<float> largest_;
+  int64_t largest_step_ = -1;
   std::deque<QueuedPush> pending_;
   std::vector<float> reduced_;
   std::vector<std::vector<MemberShare>> shares_;  // by partition
@@ -361,13 +421,20 @@ class MemberChannel : public GroupChannelBase {
   }
 
  private:
+  // A failure of this member's own (its slot) keeps its code; the
+  // leader's ends the member's channel too, but the member only re-joins
+  // (UNAVAILABLE; ABORTED when the generation ended).
   absl::Status CheckLeader(absl::Time deadline, absl::string_view what) const {
+    std::string message;
+    if (const int code = segment_->slot_failed(slot_, &message); code != 0)
+      return absl::Status(static_cast<absl::StatusCode>(code), message);
     if (const int code = segment_->failed(); code != 0) {
+      const auto leader = static_cast<absl::StatusCode>(code);
       return absl::Status(
-          static_cast<absl::StatusCode>(code),
+          leader == absl::StatusCode::kAborted ? leader
+                                               : absl::StatusCode::kUnavailable,
           absl::StrCat("host group leader ", options_.host_group[0].worker_id,
-                       " ended its channel (", absl::StatusCodeToString(
-                           static_cast<absl::StatusCode>(code)),
+                       " ended its channel (", absl::StatusCodeToString(leader),
                        ")"));
     }
     if (!Alive(segment_->pid(0))) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -30,6 +31,7 @@ struct Recorded {
   std::vector<QueuedPush> pushes;
   std::vector<std::vector<MemberShare>> shares;
   std::vector<std::vector<float>> grads;  // each push's partition values
+  absl::Status wait_error;                // what WaitForClock returns
 };
 
 // A transport whose shard answers at once: Open gives clock 5 (values 1),
@@ -58,6 +60,7 @@ class FakeChannel : public ParameterChannel {
   }
   absl::Status WaitForClock(int64_t clock, absl::Time, bool* stop,
                             absl::FunctionRef<void(int32_t)> arrived) override {
+    if (!r_->wait_error.ok()) return r_->wait_error;
     for (const Partition& p : layout_->partitions()) {
       std::fill(params_ + p.offset, params_ + p.offset + p.size,
                 static_cast<float>(clock));
@@ -169,6 +172,82 @@ TEST(GroupChannelTest, TheLeaderPushesTheWeightedMeanForItsMember) {
   EXPECT_TRUE(r.pushes[n - 1].stop);  // the member's stop (partition 0)
   EXPECT_TRUE(member->Close().ok());
   EXPECT_TRUE(leader->Close().ok());
+}
+
+// A leader and a member, both opened.
+struct Group {
+  std::unique_ptr<ParameterLayout> layout = Layout();
+  FakeFactory leader_transport, member_transport;
+  std::vector<float> lp, mp;
+  std::unique_ptr<ParameterChannel> leader, member;
+
+  explicit Group(const std::string& nonce)
+      : lp(layout->total_size()), mp(layout->total_size()) {
+    leader = MakeGroupChannel(Options("w-0", nonce), layout.get(), lp.data(),
+                              &leader_transport);
+    member = MakeGroupChannel(Options("w-1", nonce), layout.get(), mp.data(),
+                              &member_transport);
+    std::thread t([&] { EXPECT_TRUE(member->Open().ok()); });
+    EXPECT_TRUE(leader->Open().ok());
+    t.join();
+  }
+  // Both push step 5 (gradients filled with `l` and `m`) and wait for
+  // clock 6; the leader's and the member's statuses.
+  std::pair<absl::Status, absl::Status> Step(float l, float m) {
+    std::vector<float> gl(layout->total_size(), l), gm(layout->total_size(), m);
+    for (const Partition& p : layout->partitions()) {
+      member->Push(p.id, 5, 1, gm.data(), false, PushRange{});
+      leader->Push(p.id, 5, 1, gl.data(), false, PushRange{});
+    }
+    absl::Status member_status;
+    std::thread t([&] {
+      bool stop;
+      member_status = member->WaitForClock(6, absl::Now() + absl::Seconds(20),
+                                           &stop, [](int32_t) {});
+    });
+    bool stop;
+    absl::Status leader_status = leader->WaitForClock(
+        6, absl::Now() + absl::Seconds(20), &stop, [](int32_t) {});
+    t.join();
+    return {leader_status, member_status};
+  }
+};
+
+// As the shard fails the worker whose push is not finite, the leader fails
+// the member whose gradient is not; the group re-joins without it.
+TEST(GroupChannelTest, AMembersNonFiniteGradientFailsThatMemberOnly) {
+  Group g(Nonce("nan"));
+  auto [leader, member] = g.Step(1.0f, std::nanf(""));
+  EXPECT_EQ(leader.code(), absl::StatusCode::kUnavailable) << leader;
+  EXPECT_NE(leader.message().find("w-1"), std::string::npos) << leader;
+  EXPECT_EQ(member.code(), absl::StatusCode::kInvalidArgument) << member;
+  EXPECT_NE(member.message().find("is not finite"), std::string::npos) << member;
+  EXPECT_TRUE(g.leader_transport.made[0]->pushes.empty());  // nothing sent
+}
+
+// The shard refuses an update that would overflow, naming the group's
+// stream: the member with the largest element fails, the others re-join;
+// when it is the leader's, the leader fails and the member re-joins.
+TEST(GroupChannelTest, ARefusedUpdateFailsTheMemberWithTheLargestElement) {
+  const absl::Status refused = absl::InvalidArgumentError(
+      "push.data of step 5: the update of partition 0 would have made values "
+      "non-finite and was not applied");
+  {
+    Group g(Nonce("huge-member"));
+    g.leader_transport.made[0]->wait_error = refused;
+    auto [leader, member] = g.Step(1.0f, 3e38f);
+    EXPECT_EQ(leader.code(), absl::StatusCode::kUnavailable) << leader;
+    EXPECT_EQ(member.code(), absl::StatusCode::kInvalidArgument) << member;
+    EXPECT_NE(member.message().find("non-finite"), std::string::npos);
+  }
+  {
+    Group g(Nonce("huge-leader"));
+    g.leader_transport.made[0]->wait_error = refused;
+    auto [leader, member] = g.Step(3e38f, 1.0f);
+    EXPECT_EQ(leader.code(), absl::StatusCode::kInvalidArgument) << leader;
+    EXPECT_EQ(member.code(), absl::StatusCode::kUnavailable) << member;
+    EXPECT_NE(member.message().find("w-0"), std::string::npos) << member;
+  }
 }
 
 TEST(GroupChannelTest, ALeaderWhoseMemberNeverJoinsPushesAlone) {

@@ -700,6 +700,14 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   return absl::OkStatus();
 }
 
+bool PreReduce(const v1::JobSpec& spec) {
+  if (spec.wire().has_pre_reduce()) return spec.wire().pre_reduce();
+  return (spec.consistency().mode() == "sync" ||
+          (spec.consistency().mode() == "ssp" &&
+           spec.consistency().staleness() == 0)) &&
+         spec.wire().topk() == 0;
+}
+
 bool MomentumOnWorkers(const v1::JobSpec& spec) {
   return spec.wire().topk() > 0 && spec.optimizer().type() == "momentum" &&
          spec.optimizer().momentum() > 0 &&

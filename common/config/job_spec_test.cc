@@ -70,7 +70,17 @@ TEST(JobSpecTest, WireEncodings) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_DOUBLE_EQ(spec->wire().topk(), 0.01);
   EXPECT_EQ(spec->wire().topk_warmup_steps(), 500);
-  EXPECT_FALSE(spec->wire().pre_reduce());
+  // Unset: on for a sync job with a dense wire, off with top-k or ssp/async.
+  EXPECT_FALSE(spec->wire().has_pre_reduce());
+  EXPECT_FALSE(PreReduce(*spec));  // this one has topk
+  spec->mutable_wire()->set_topk(0);
+  EXPECT_TRUE(PreReduce(*spec));
+  spec->mutable_consistency()->set_mode("async");
+  EXPECT_FALSE(PreReduce(*spec));
+  spec->mutable_consistency()->set_mode("sync");
+  spec->mutable_wire()->set_pre_reduce(false);
+  EXPECT_FALSE(PreReduce(*spec));
+  spec->mutable_wire()->set_topk(0.01);
   auto pre_reduced =
       ParseJobSpec(std::string(kValid) + "wire: {pre_reduce: true}\n");
   ASSERT_TRUE(pre_reduced.ok()) << pre_reduced.status();

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <ctime>
@@ -25,6 +26,8 @@ struct alignas(64) GroupSegment::Control {
 struct alignas(64) GroupSegment::Slot {
   std::atomic<uint32_t> state;  // kEmpty, kJoined, kShut, kLeft
   std::atomic<int32_t> pid;
+  std::atomic<int32_t> failed;  // the leader failed this member: a code
+  char message[256];            // written before `failed`
 };
 
 struct alignas(64) GroupSegment::PushRecord {
@@ -87,7 +90,7 @@ int64_t GroupSegment::GradBytes(int members, int partitions, int64_t total) {
   return Align(sizeof(Control)) + members * Align(sizeof(Slot)) +
          int64_t{members} * partitions * Align(sizeof(PushRecord)) +
          partitions * Align(sizeof(ParamsRecord)) +
-         int64_t{members} * Align(total * 4);
+         int64_t{members - 1} * Align(total * 4);  // the leader's is its own
 }
 
 GroupSegment::GroupSegment(std::unique_ptr<ShmSegment> shm, int members,
@@ -198,7 +201,7 @@ float* GroupSegment::grads(int s) const {
   const int64_t at = Align(sizeof(Control)) + members_ * Align(sizeof(Slot)) +
                      int64_t{members_} * partitions_ * Align(sizeof(PushRecord)) +
                      partitions_ * Align(sizeof(ParamsRecord)) +
-                     s * Align(total_ * 4);
+                     (s - 1) * Align(total_ * 4);
   return reinterpret_cast<float*>(shm_->at(shm_->grad_offset()) + at);
 }
 
@@ -261,6 +264,22 @@ void GroupSegment::Fail(int code) {
   control()->failed.compare_exchange_strong(expected, code);
   FutexWake(&control()->params_seq);
   FutexWake(&control()->pushes_seq);
+}
+
+void GroupSegment::FailSlot(int s, int code, const std::string& message) {
+  Slot* slot_ = slot(s);
+  const size_t n = std::min(message.size(), sizeof(slot_->message) - 1);
+  std::memcpy(slot_->message, message.data(), n);
+  slot_->message[n] = '\0';
+  slot_->failed.store(code, std::memory_order_release);
+  FutexWake(&control()->params_seq);
+}
+
+int GroupSegment::slot_failed(int s, std::string* message) const {
+  const Slot* slot_ = slot(s);
+  const int code = slot_->failed.load(std::memory_order_acquire);
+  if (code != 0 && message != nullptr) *message = slot_->message;
+  return code;
 }
 
 int GroupSegment::failed() const {

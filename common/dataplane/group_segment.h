@@ -15,7 +15,7 @@
 // per member (state, pid), a push record per member and partition (step,
 // samples, range, stop: written by the member, then `pushed` with release
 // order), a record per partition (the clock its parameters are at), then
-// each member's gradient (layout total floats). The parameter region holds
+// each member's gradient but the leader's (layout total floats). The parameter region holds
 // the parameters. Which bytes may be written when follows from the step
 // protocol (group_channel.h); two futex words wake the other side (one for
 // pushes, one for parameters): FUTEX_WAIT with a timeout, so that every
@@ -90,6 +90,11 @@ class GroupSegment {
   // The leader failed or left: members end their waits with this code.
   void Fail(int code);
   int failed() const;
+  // The leader failed member `slot` alone (its gradient was not finite,
+  // or held the largest element of a refused update): the member ends its
+  // waits with `code` and `message` (at most 255 bytes kept).
+  void FailSlot(int slot, int code, const std::string& message);
+  int slot_failed(int slot, std::string* message) const;
   // A member left (its channel closed): the leader stops waiting for it.
   void Leave(int slot);
   bool left(int slot) const;

@@ -142,7 +142,7 @@ v1::WorkerHeartbeatResponse Coordinator::AssignmentOf(
   a->set_generation(job->status.generation());
   for (const std::string& address : job->shard_addresses)
     a->add_shard_addresses(address);
-  if (job->spec().wire().pre_reduce()) AddHostGroup(w, members, a);
+  if (PreReduce(job->spec())) AddHostGroup(w, members, a);
   return response;
 }
 

@@ -12,6 +12,7 @@
 #   cluster_stop                        # also installed as the EXIT trap
 #   cluster_targets FILE                # Prometheus file_sd JSON of every
 #                                       # process's /metrics endpoint
+# cluster_job_extra (string): YAML lines added to cluster_job_yaml's job.
 # cluster_flags (array) is passed to every process and fulcrumctl (e.g. the
 # TLS files), cluster_ctl_flags to fulcrumctl only (e.g. --token_file),
 # cluster_coordinator_flags to the coordinator only (e.g. --data_root).
@@ -115,6 +116,7 @@ shards: $4
 seed: 1
 eval_every_steps: 1000000
 max_steps: $2
+${cluster_job_extra:-}
 YAML
 }
 
