@@ -261,7 +261,7 @@ TEST_F(FaultTest, AKilledGroupLeaderIsReplacedAndEverySampleTrainsOnce) {
       << c.Logs();
   // The leader is the worker that says it is rank 0.
   std::string leader;
-  for (const char* w : {"worker-0", "worker-1", "worker-2"}) {
+  for (const char* w : {"worker-1", "worker-2", "worker-3"}) {
     std::ifstream log(c.dir() + "/" + w + ".log");
     const std::string text((std::istreambuf_iterator<char>(log)),
                            std::istreambuf_iterator<char>());
