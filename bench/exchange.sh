@@ -14,11 +14,14 @@
 #                                                  # (:F adds wire.topk F)
 #                     [--params fp32|bf16]         # wire.parameters
 #                     [--baseline BIN]             # an older build, alternated
-#                     [--transports "shm tcp"]     # how payloads travel
+#                     [--transports "shm tcp group"] # how payloads travel
 #
 # Workers and shards share this host, so payloads go through shared memory
 # by default (shm); tcp runs the workers with FULCRUM_SHARED_MEMORY=0 (the
-# shards then carry payloads in the stream's messages). Each listed
+# shards then carry payloads in the stream's messages); both with
+# wire.pre_reduce false, every worker its own streams. group: the workers
+# form a host group (wire.pre_reduce, the default for sync jobs) and the
+# leader pushes their sum over shared memory (dense wires only). Each listed
 # transport is a row, alternating within the same cluster.
 #
 # --baseline BIN (a bazel-bin of another commit, with bench/exchange_driver,
@@ -59,14 +62,22 @@ run=.fulcrum/exchange
 # "median p10 p90" of the slowest worker.
 fulcrum_row() {
   local b=$1 w=$2 mb=$3 wire=$4 dir=$5
-  local floats=$((mb * 262144)) extra="" n=$steps
+  local floats=$((mb * 262144)) n=$steps
   # Small exchanges are short and noisy: at least 100 steps below 16 MB.
   [ "$mb" -lt 16 ] && [ "$n" -lt 100 ] && n=100
+  # group: the host group pre-reduces (wire.pre_reduce); shm and tcp:
+  # every worker its own streams.
+  # (A --baseline build older than wire.pre_reduce gets no such field.)
+  local fields="pre_reduce: false"
+  [ "${transport:-shm}" = group ] && fields="pre_reduce: true"
+  [ "$b" = "$this_bin" ] || fields=""
   if [ "$wire" != fp32 ] || [ "$params" != fp32 ]; then
     local grads=${wire%%:*} topk=""
     [ "$grads" != "$wire" ] && topk=", topk: ${wire#*:}"
-    extra="wire: {gradients: $grads, parameters: $params$topk}"
+    fields="gradients: $grads, parameters: $params$topk${fields:+, $fields}"
   fi
+  local extra=""
+  [ -n "$fields" ] && extra="wire: {$fields}"
   cat > "$dir/job.yaml" <<YAML
 name: exchange-${mb}mb
 model: {type: external}

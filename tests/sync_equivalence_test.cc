@@ -30,9 +30,6 @@ v1::JobSpec Spec(int batch, int shards,
   spec.mutable_wire()->set_gradients(gradients);
   spec.mutable_wire()->set_parameters(parameters);
   spec.mutable_wire()->set_topk(topk);
-  // Each worker's own streams: the transports are what these tests are
-  // about (PreReduceTest below takes the default, the host group).
-  spec.mutable_wire()->set_pre_reduce(false);
   // The top-k tests compare with the shard's momentum (bit for bit at
   // topk 1); momentum correction is job_shard_test's and the bench's.
   spec.mutable_wire()->set_momentum_correction(false);
@@ -138,8 +135,8 @@ INSTANTIATE_TEST_SUITE_P(
                           testing::TransportName(std::get<2>(info.param)));
     });
 
-// wire.pre_reduce (the default for sync jobs): the workers (one host here)
-// hand their gradients to rank 0, which pushes their weighted mean for all - on every transport the
+// wire.pre_reduce: the workers (one host here) hand their gradients to
+// rank 0, which pushes their weighted mean for all - on every transport the
 // result is still one big batch's (1e-4), and the shards' streams carry
 // only the leader's pushes.
 class PreReduceTest : public ::testing::TestWithParam<std::tuple<int, Transport>> {};
@@ -149,8 +146,7 @@ TEST_P(PreReduceTest, AHostGroupTrainsAsOneBigBatch) {
   const int b = 8, shards = 2;
   const std::vector<std::vector<float>> one = Train(1, workers * b, shards, transport);
   v1::JobSpec spec = Spec(b, shards, v1::ENCODING_FP32, v1::ENCODING_FP32, 0);
-  spec.mutable_wire()->clear_pre_reduce();  // on by default for sync jobs
-  ASSERT_TRUE(PreReduce(spec));
+  spec.mutable_wire()->set_pre_reduce(true);
   ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   testing::TrainRun run =
       testing::TrainInProcess(spec, workers, nullptr, nullptr, transport);

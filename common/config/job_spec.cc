@@ -701,11 +701,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
 }
 
 bool PreReduce(const v1::JobSpec& spec) {
-  if (spec.wire().has_pre_reduce()) return spec.wire().pre_reduce();
-  return (spec.consistency().mode() == "sync" ||
-          (spec.consistency().mode() == "ssp" &&
-           spec.consistency().staleness() == 0)) &&
-         spec.wire().topk() == 0;
+  // Off unless asked: it won end to end on the reference job but lost the
+  // exchange alone from 1 MB up (docs/benchmarks.md).
+  return spec.wire().pre_reduce();
 }
 
 bool MomentumOnWorkers(const v1::JobSpec& spec) {

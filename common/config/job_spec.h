@@ -38,8 +38,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 // momentum and wire.momentum_correction not false): the shards then apply
 // plain SGD to what arrives (docs/job-spec.md, wire).
 bool MomentumOnWorkers(const v1::JobSpec& spec);
-// Whether the job's workers pre-reduce per host (wire.pre_reduce): as the
-// spec says, or when unset, for a sync (or ssp 0) job with a dense wire.
+// Whether the job's workers pre-reduce per host (wire.pre_reduce; off
+// unless the spec says true).
 bool PreReduce(const v1::JobSpec& spec);
 // The model part alone (an external model's tensors, as declared).
 absl::Status ValidateModelSpec(const v1::ModelSpec& model);

@@ -70,21 +70,12 @@ TEST(JobSpecTest, WireEncodings) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_DOUBLE_EQ(spec->wire().topk(), 0.01);
   EXPECT_EQ(spec->wire().topk_warmup_steps(), 500);
-  // Unset: on for a sync job with a dense wire, off with top-k or ssp/async.
-  EXPECT_FALSE(spec->wire().has_pre_reduce());
-  EXPECT_FALSE(PreReduce(*spec));  // this one has topk
-  spec->mutable_wire()->set_topk(0);
-  EXPECT_TRUE(PreReduce(*spec));
-  spec->mutable_consistency()->set_mode("async");
-  EXPECT_FALSE(PreReduce(*spec));
-  spec->mutable_consistency()->set_mode("sync");
-  spec->mutable_wire()->set_pre_reduce(false);
-  EXPECT_FALSE(PreReduce(*spec));
-  spec->mutable_wire()->set_topk(0.01);
+  EXPECT_FALSE(PreReduce(*spec));  // off unless asked
   auto pre_reduced =
       ParseJobSpec(std::string(kValid) + "wire: {pre_reduce: true}\n");
   ASSERT_TRUE(pre_reduced.ok()) << pre_reduced.status();
   EXPECT_TRUE(pre_reduced->wire().pre_reduce());
+  EXPECT_TRUE(PreReduce(*pre_reduced));
   EXPECT_TRUE(ValidateJobSpec(*pre_reduced).ok());
   // kValid's optimizer is momentum: with topk it runs on the workers,
   // unless the job says otherwise.
