@@ -224,13 +224,7 @@ absl::Status ParameterServerService::ServeStream(
   options.metrics = metrics_;
   options.cancelled = [context] { return context->IsCancelled(); };
   const v1::Hello hello = request.message.hello();
-  RETURN_IF_ERROR(AsWorker(hello.job_id(), hello.worker_id(), hello.credential()));
-  StreamHello admitted{hello.job_id(), hello.worker_id(), hello.generation()};
-  for (const v1::GroupMember& member : hello.group()) {
-    RETURN_IF_ERROR(
-        AsWorker(hello.job_id(), member.worker_id(), member.credential()));
-    admitted.group.push_back(member.worker_id());
-  }
+  ASSIGN_OR_RETURN(const StreamHello admitted, AdmitHello(hello));
   std::vector<int64_t> slots;
   const std::unique_ptr<ShmSegment> segment =
       hello.has_shm() ? MapSegment(hello, &slots) : nullptr;
@@ -238,6 +232,27 @@ absl::Status ParameterServerService::ServeStream(
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerStream> worker,
                    WorkerStream::Open(*shard_, admitted, std::move(options),
                                       &writer));
+  return ServePushes(context, stream, deadline, segment.get(), *worker);
+}
+
+absl::StatusOr<StreamHello> ParameterServerService::AdmitHello(
+    const v1::Hello& hello) const {
+  RETURN_IF_ERROR(AsWorker(hello.job_id(), hello.worker_id(), hello.credential()));
+  StreamHello admitted{hello.job_id(), hello.worker_id(), hello.generation()};
+  for (const v1::GroupMember& member : hello.group()) {
+    RETURN_IF_ERROR(
+        AsWorker(hello.job_id(), member.worker_id(), member.credential()));
+    admitted.group.push_back(member.worker_id());
+  }
+  return admitted;
+}
+
+absl::Status ParameterServerService::ServePushes(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
+    Watchdog::Deadline* deadline, const ShmSegment* segment,
+    WorkerStream& worker) {
+  RequestFrame request;
   for (;;) {
     Idle(deadline, options_.idle_timeout);
     if (!stream->Read(&request)) break;
@@ -248,14 +263,14 @@ absl::Status ParameterServerService::ServeStream(
           "hello may only be the first message of a stream");
     }
     // more[]: pushes of the same batch, through the segment.
-    RETURN_IF_ERROR(CheckMore(request.message, segment.get()));
+    RETURN_IF_ERROR(CheckMore(request.message, segment));
     PushChunk chunk;
-    RETURN_IF_ERROR(FromPush(request.message.push(), request.data,
-                             segment.get(), &chunk));
-    RETURN_IF_ERROR(worker->Push(chunk));
+    RETURN_IF_ERROR(
+        FromPush(request.message.push(), request.data, segment, &chunk));
+    RETURN_IF_ERROR(worker.Push(chunk));
     for (const v1::Push& more : request.message.more()) {
-      RETURN_IF_ERROR(FromPush(more, Payload(), segment.get(), &chunk));
-      RETURN_IF_ERROR(worker->Push(chunk));
+      RETURN_IF_ERROR(FromPush(more, Payload(), segment, &chunk));
+      RETURN_IF_ERROR(worker.Push(chunk));
     }
   }
   if (context->IsCancelled()) {

@@ -21,6 +21,7 @@
 #include "common/concurrency/watchdog.h"
 #include "common/net/member_credential.h"
 #include "server/ps/shard_metrics.h"
+#include "server/ps/worker_stream.h"
 
 namespace fulcrum {
 
@@ -95,10 +96,22 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // TCP.
   std::unique_ptr<ShmSegment> MapSegment(const v1::Hello& hello,
                                          std::vector<int64_t>* slots);
+  // A data-plane stream: the hello (AdmitHello), the segment, the
+  // WorkerStream, then ServePushes until the worker half-closes.
   absl::Status ServeStream(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
       Watchdog::Deadline* deadline);
+  // The hello's credentials - the worker's and each group member's - as
+  // the WorkerStream's hello; PERMISSION_DENIED naming the worker.
+  absl::StatusOr<StreamHello> AdmitHello(const v1::Hello& hello) const;
+  // The read loop: every push message (with its more[]) into `worker`,
+  // payloads from the message or `segment` (may be null).
+  absl::Status ServePushes(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
+      Watchdog::Deadline* deadline, const ShmSegment* segment,
+      WorkerStream& worker);
   absl::Status ServeInitialize(grpc::ServerContext* context,
                                grpc::ServerReader<v1::InitializeRequest>* reader,
                                Watchdog::Deadline* deadline);
