@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/dataplane/payload.h"
 #include "common/status/status_macros.h"
 #include "worker/group_channel_base.h"
 
@@ -65,6 +66,8 @@ class LeaderChannel : public GroupChannelBase {
       segment_->PublishParams(p.id, *clock);
     segment_->SetOpened(*clock);
     reduced_.assign(layout_->total_size(), 0.0f);
+    got_.assign(slots_.size(), GroupPush{});
+    largest_.assign(slots_.size() + 1, 0);
     shares_.assign(layout_->partitions().size(),
                    std::vector<MemberShare>(slots_.size() + 1));
     return clock;
@@ -114,7 +117,7 @@ class LeaderChannel : public GroupChannelBase {
   // joined member has published its push; block: waits for them (until
   // `deadline`), else stops at the first that is not complete.
   absl::Status Flush(absl::Time deadline, bool block) {
-    std::vector<GroupPush> got(slots_.size());
+    std::vector<GroupPush>& got = got_;  // sized at Open: no allocation here
     while (!pending_.empty()) {
       const QueuedPush& own = pending_.front();
       const uint32_t seen = segment_->pushes_seq();
@@ -150,18 +153,20 @@ class LeaderChannel : public GroupChannelBase {
   absl::Status Reduce(const QueuedPush& own, const std::vector<GroupPush>& got) {
     const Partition& part = layout_->partitions()[own.id];
     if (own.step != largest_step_) {
-      largest_.assign(slots_.size() + 1, 0.0f);
+      std::fill(largest_.begin(), largest_.end(), 0);
       largest_step_ = own.step;
     }
     if (own.samples > 0)
-      largest_[0] = std::max(largest_[0], Largest(own.grads + part.offset, part.size));
+      largest_[0] = std::max(largest_[0], TopExponent(own.grads + part.offset, part.size));
     for (size_t k = 0; k < got.size(); ++k) {
       if (got[k].samples == 0) continue;
       const float* g = segment_->grads(slots_[k]) + part.offset;
-      int64_t bad = -1;
-      for (int64_t i = 0; i < part.size && bad < 0; ++i)
-        if (!std::isfinite(g[i])) bad = i;
-      if (bad >= 0) {
+      // One pass (the shard's own check, payload.h) finds both: a NaN or
+      // an infinity, and the largest magnitude.
+      const uint8_t top = TopExponent(g, part.size);
+      if (top == 0xff) {
+        int64_t bad = 0;
+        while (std::isfinite(g[bad])) ++bad;
         const std::string& who = options_.host_group[slots_[k]].worker_id;
         segment_->FailSlot(
             slots_[k], static_cast<int>(absl::StatusCode::kInvalidArgument),
@@ -171,7 +176,7 @@ class LeaderChannel : public GroupChannelBase {
             "host group: member ", who, "'s gradient of step ", own.step,
             " is not finite; the group re-joins without it"));
       }
-      largest_[k + 1] = std::max(largest_[k + 1], Largest(g, part.size));
+      largest_[k + 1] = std::max(largest_[k + 1], top);
     }
     std::vector<MemberShare>& shares = shares_[own.id];
     shares[0] = {own.samples, own.range};
@@ -205,10 +210,10 @@ class LeaderChannel : public GroupChannelBase {
     return absl::OkStatus();
   }
 
-  static float Largest(const float* g, int64_t n) {
-    float m = 0.0f;
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(g[i]));
-    return m;
+  // The largest |element|'s exponent byte (0xff: not finite).
+  static uint8_t TopExponent(const float* g, int64_t n) {
+    return MaxExponentRun(WireEncoding::kFp32, reinterpret_cast<const char*>(g),
+                          n);
   }
 
   // A refused update (the shard: "would have made values non-finite")
@@ -231,9 +236,10 @@ class LeaderChannel : public GroupChannelBase {
   }
 
   std::vector<int> slots_;  // the members that joined
-  // Per member (leader first): the largest |element| pushed in step
-  // largest_step_.
-  std::vector<float> largest_;
+  // Per member (leader first): the exponent of the largest |element|
+  // pushed in step largest_step_ (within a factor 2, as the shard judges).
+  std::vector<uint8_t> largest_;
+  std::vector<GroupPush> got_;  // Flush's, one per joined member
   int64_t largest_step_ = -1;
   std::deque<QueuedPush> pending_;
   std::vector<float> reduced_;

@@ -79,7 +79,8 @@ class MemberChannel : public GroupChannelBase {
     if (segment_ == nullptr)
       return inner_->WaitForClock(clock, deadline, stop, arrived);
     RETURN_IF_ERROR(error_);
-    std::vector<bool> got(layout_->partitions().size(), false);
+    std::vector<uint8_t>& got = got_;  // sized once: no allocation a step
+    got.assign(layout_->partitions().size(), 0);
     size_t remaining = got.size();
     for (;;) {
       const uint32_t seen = segment_->params_seq();
@@ -87,7 +88,7 @@ class MemberChannel : public GroupChannelBase {
         if (got[p.id] || segment_->ParamsClock(p.id) < clock) continue;
         std::memcpy(Part(params_, p.id), Part(segment_->params(), p.id),
                     PartBytes(p.id));
-        got[p.id] = true;
+        got[p.id] = 1;
         --remaining;
         arrived(p.id);
       }
@@ -129,6 +130,7 @@ class MemberChannel : public GroupChannelBase {
   }
 
   const int slot_;
+  std::vector<uint8_t> got_;  // WaitForClock's: partitions arrived
 };
 
 

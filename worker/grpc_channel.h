@@ -79,6 +79,8 @@ class GrpcParameterChannel : public ParameterChannel {
   absl::Status Close() override;
 
  private:
+  // Queues a push for its partition's stream (Push and PushShares).
+  void Enqueue(const QueuedPush& push);
   struct Stream;
   struct Connection;
   void SendLoop(Stream* s);

@@ -11,18 +11,20 @@ namespace fulcrum {
 void GrpcParameterChannel::Push(int32_t id, int64_t step, int64_t samples,
                                 const float* grads, bool stop,
                                 PushRange range) {
-  Stream* s = streams_[stream_of_partition_[id]].get();
-  absl::MutexLock lock(&s->mu);
-  s->queue.push_back({id, step, samples, grads, stop, range});
+  Enqueue({id, step, samples, grads, stop, range});
 }
 
 void GrpcParameterChannel::PushShares(int32_t id, int64_t step,
                                       int64_t samples, const float* grads,
                                       bool stop,
                                       absl::Span<const MemberShare> shares) {
-  Stream* s = streams_[stream_of_partition_[id]].get();
+  Enqueue({id, step, samples, grads, stop, PushRange{}, shares});
+}
+
+void GrpcParameterChannel::Enqueue(const QueuedPush& push) {
+  Stream* s = streams_[stream_of_partition_[push.id]].get();
   absl::MutexLock lock(&s->mu);
-  s->queue.push_back({id, step, samples, grads, stop, PushRange{}, shares});
+  s->queue.push_back(push);
 }
 
 namespace {

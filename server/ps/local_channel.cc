@@ -102,19 +102,20 @@ absl::StatusOr<int64_t> LocalParameterChannel::Open() {
 void LocalParameterChannel::Push(int32_t id, int64_t step, int64_t samples,
                                  const float* grads, bool stop,
                                  PushRange range) {
-  Link* link = links_[link_of_partition_[id]].get();
-  absl::MutexLock lock(&link->mu);
-  link->queue.push_back({id, step, samples, grads, stop, range});
+  Enqueue({id, step, samples, grads, stop, range});
 }
 
 void LocalParameterChannel::PushShares(int32_t id, int64_t step,
                                        int64_t samples, const float* grads,
                                        bool stop,
                                        absl::Span<const MemberShare> shares) {
-  Link* link = links_[link_of_partition_[id]].get();
+  Enqueue({id, step, samples, grads, stop, PushRange{}, shares});
+}
+
+void LocalParameterChannel::Enqueue(const QueuedPush& push) {
+  Link* link = links_[link_of_partition_[push.id]].get();
   absl::MutexLock lock(&link->mu);
-  link->queue.push_back(
-      {id, step, samples, grads, stop, PushRange{}, shares});
+  link->queue.push_back(push);
 }
 
 void LocalParameterChannel::Serve(Link* link) {

@@ -43,6 +43,8 @@ class LocalParameterChannel : public ParameterChannel {
   absl::Status Close() override;
 
  private:
+  // Queues a push for its partition's stream (Push and PushShares).
+  void Enqueue(const QueuedPush& push);
   struct Link;
   void Serve(Link* link);
 

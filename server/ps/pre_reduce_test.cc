@@ -16,6 +16,7 @@ namespace {
 using testing::Chunk;
 using testing::Completed;
 using testing::ReadAll;
+using testing::RecordingWriter;
 using testing::TinyJob;
 
 // Members b and c's gradients (3 samples of mean 1, 1 sample of mean 5)
@@ -147,22 +148,6 @@ TEST(PreReduceTest, BadGroupPushesChangeNothing) {
   ReadAll(**job, &version);
   EXPECT_EQ(version, 1);
 }
-
-class RecordingWriter : public ParamsWriter {
- public:
-  float* Reserve(int32_t, int64_t, int64_t count) override {
-    buffer_.resize(count);
-    return buffer_.data();
-  }
-  bool Send(const ParamsHeader& h) override {
-    sent.push_back(h);
-    return true;
-  }
-  std::vector<ParamsHeader> sent;
-
- private:
-  std::vector<float> buffer_;
-};
 
 absl::StatusOr<std::unique_ptr<WorkerStream>> OpenGroup(
     ParameterShard& shard, std::vector<std::string> group,

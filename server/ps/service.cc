@@ -253,6 +253,7 @@ absl::Status ParameterServerService::ServePushes(
     Watchdog::Deadline* deadline, const ShmSegment* segment,
     WorkerStream& worker) {
   RequestFrame request;
+  PushChunk chunk;  // reused: FromPush sets every field a push carries
   for (;;) {
     Idle(deadline, options_.idle_timeout);
     if (!stream->Read(&request)) break;
@@ -264,7 +265,6 @@ absl::Status ParameterServerService::ServePushes(
     }
     // more[]: pushes of the same batch, through the segment.
     RETURN_IF_ERROR(CheckMore(request.message, segment));
-    PushChunk chunk;
     RETURN_IF_ERROR(
         FromPush(request.message.push(), request.data, segment, &chunk));
     RETURN_IF_ERROR(worker.Push(chunk));

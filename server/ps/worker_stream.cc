@@ -155,12 +155,6 @@ absl::Status WorkerStream::Push(PushChunk chunk) {
   if (metrics_.push_bytes != nullptr)
     metrics_.push_bytes->Increment(static_cast<double>(chunk.data.bytes()));
   const absl::Time start = absl::Now();
-  if (chunk.shares.size() != (members_.size() > 1 ? members_.size() : 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push.shares has ", chunk.shares.size(), " entries; this stream's "
-        "hello named ", members_.size() - 1, " group members (want one share "
-        "per member with a group, none without)"));
-  }
   ASSIGN_OR_RETURN(const PushOutcome outcome, job_->Push(members_, chunk));
   if (metrics_.aggregate_seconds != nullptr) {
     metrics_.aggregate_seconds->Observe(

@@ -12,35 +12,7 @@ namespace fulcrum {
 namespace {
 
 using testing::MultiPartitionJob;
-
-// Records what a stream sends.
-class RecordingWriter : public ParamsWriter {
- public:
-  float* Reserve(int32_t, int64_t, int64_t count) override {
-    buffer_.resize(count);
-    return buffer_.data();
-  }
-  bool Send(const ParamsHeader& h) override {
-    sent.push_back(h);
-    return true;
-  }
-  // Partitions sent whole at `clock`, in the order they completed.
-  std::vector<int32_t> WholeAt(int64_t clock, const JobShard& job) const {
-    std::map<int32_t, int64_t> got;
-    std::vector<int32_t> order;
-    for (const ParamsHeader& h : sent) {
-      if (h.clock != clock) continue;
-      got[h.partition] += h.count;
-      if (got[h.partition] == job.PartitionSize(h.partition))
-        order.push_back(h.partition);
-    }
-    return order;
-  }
-  std::vector<ParamsHeader> sent;
-
- private:
-  std::vector<float> buffer_;
-};
+using testing::RecordingWriter;
 
 class WorkerStreamTest : public ::testing::Test {
  protected:

@@ -2,12 +2,14 @@
 #ifndef FULCRUM_SERVER_PS_TESTING_TEST_JOBS_H_
 #define FULCRUM_SERVER_PS_TESTING_TEST_JOBS_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/config/job_spec.h"
 #include "gtest/gtest.h"
 #include "server/ps/job_shard.h"
+#include "server/ps/worker_stream.h"
 
 namespace fulcrum::testing {
 
@@ -81,6 +83,35 @@ inline PushChunk PartChunk(int32_t id, int64_t step, const std::vector<float>& g
   c.range = {7, range_end - 10, range_end};
   return c;
 }
+
+// Records what a stream sends.
+class RecordingWriter : public ParamsWriter {
+ public:
+  float* Reserve(int32_t, int64_t, int64_t count) override {
+    buffer_.resize(count);
+    return buffer_.data();
+  }
+  bool Send(const ParamsHeader& h) override {
+    sent.push_back(h);
+    return true;
+  }
+  // Partitions sent whole at `clock`, in the order they completed.
+  std::vector<int32_t> WholeAt(int64_t clock, const JobShard& job) const {
+    std::map<int32_t, int64_t> got;
+    std::vector<int32_t> order;
+    for (const ParamsHeader& h : sent) {
+      if (h.clock != clock) continue;
+      got[h.partition] += h.count;
+      if (got[h.partition] == job.PartitionSize(h.partition))
+        order.push_back(h.partition);
+    }
+    return order;
+  }
+  std::vector<ParamsHeader> sent;
+
+ private:
+  std::vector<float> buffer_;
+};
 
 // A directory for a test's files under Bazel's TEST_TMPDIR.
 inline std::string TestDir(const std::string& name) {
