@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The peer Fulcrum is measured against: PyTorch DistributedDataParallel (gloo,
 CPU, one thread per process) training the same MLP on the same data with the
-same per-worker batch, data split and optimizer as a Fulcrum sync job.
+same per-worker batch, data split and optimizer as a Fulcrum sync job; with
+--plain, one plain PyTorch process (no process group, no DDP wrapper).
 
 Prints one JSON line: steady-state samples/s (after warm-up), wall time of the
 whole run, and final test accuracy.
@@ -32,7 +33,8 @@ def worker(rank, args, port, queue):
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=args.world)
+    if not args.plain:
+        dist.init_process_group("gloo", rank=rank, world_size=args.world)
     start = time.perf_counter()
     xtr, ytr = load(args.data, "train")
     xte, yte = load(args.data, "t10k")
@@ -48,7 +50,9 @@ def worker(rank, args, port, queue):
         layers.append(nn.Linear(sizes[i], sizes[i + 1]))
         if i + 2 < len(sizes):
             layers.append(nn.ReLU())
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers))
+    model = nn.Sequential(*layers)
+    if not args.plain:
+        model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     n = xtr.shape[0]
@@ -59,7 +63,8 @@ def worker(rank, args, port, queue):
     t_warm = None
     for step in range(args.steps):
         if step == args.warmup:
-            dist.barrier()
+            if not args.plain:
+                dist.barrier()
             t_warm = time.perf_counter()
         s = step % per_epoch
         if s == 0 and step > 0:
@@ -71,7 +76,8 @@ def worker(rank, args, port, queue):
         loss = loss_fn(model(xtr[idx]), ytr[idx])
         loss.backward()
         opt.step()
-    dist.barrier()
+    if not args.plain:
+        dist.barrier()
     end = time.perf_counter()
     if rank == 0:
         with torch.no_grad():
@@ -82,7 +88,8 @@ def worker(rank, args, port, queue):
             "wall_s": end - start,
             "test_accuracy": acc,
         })
-    dist.destroy_process_group()
+    if not args.plain:
+        dist.destroy_process_group()
 
 
 def main():
@@ -94,7 +101,12 @@ def main():
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--plain", action="store_true",
+                   help="one plain process: no process group, no DDP wrapper "
+                        "(the peer of a one-worker job; needs --world 1)")
     args = p.parse_args()
+    if args.plain and args.world != 1:
+        p.error("--plain needs --world 1")
     print(json.dumps(run_ranks(worker, args, args.world, timeout_s=3600)))
 
 

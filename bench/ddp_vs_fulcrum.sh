@@ -2,10 +2,13 @@
 # Fulcrum sync training vs PyTorch DDP (gloo) on the same machine, same work:
 # MLP 784-256-128-10 on Fashion-MNIST, batch 64 per worker, momentum SGD,
 # W workers (default 2). Runs the two alternately R times and prints one
-# table of steady-state samples/s with the ratio.
+# table of steady-state samples/s with the ratio. With --workers 1 the peer
+# is one plain PyTorch process (no process group, no DDP wrapper: the
+# "one plain process" of the goals); --peer ddp keeps DDP of world size 1.
 #
 #   bench/ddp_vs_fulcrum.sh [--workers W] [--shards S] [--runs R] [--steps N]
 #                           [--worker_flags "--shared_memory=false"]
+#                           [--peer ddp|plain]
 #
 # Steady state: DDP times steps after a 200-step warm-up inside the run.
 # Fulcrum runs a 200-step job and an N-step job on the same cluster and
@@ -13,7 +16,7 @@
 # the final evaluation cancel out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=2 shards=2 runs=3 steps=2000 warm=200 worker_flags=""
+workers=2 shards=2 runs=3 steps=2000 warm=200 worker_flags="" peer=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -21,10 +24,21 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --worker_flags) worker_flags=$2; shift 2 ;;
+    --peer) peer=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
+if [ -z "$peer" ]; then
+  if [ "$workers" = 1 ]; then peer=plain; else peer=ddp; fi
+fi
+case "$peer" in
+  ddp) peer_flags="" ;;
+  plain)
+    [ "$workers" = 1 ] || { echo "--peer plain needs --workers 1" >&2; exit 2; }
+    peer_flags="--plain" ;;
+  *) echo "--peer must be ddp or plain, not '$peer'" >&2; exit 2 ;;
+esac
 source tools/lib/cluster.sh
 # The peer (bench only): Debian's PyTorch 1.13.
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
@@ -41,13 +55,14 @@ cluster_wait_members $((workers + shards))
 fulcrum_job() { cluster_timed_job "$run" "$1" "$workers" "$shards"; }
 
 fulcrum_job 50 >/dev/null  # loads the data into the workers' caches
-printf "%-4s %14s %14s %8s %10s %10s\n" run "fulcrum smp/s" "ddp smp/s" ratio "fulcrum acc" "ddp acc"
+printf "%-4s %14s %14s %8s %10s %10s\n" run "fulcrum smp/s" "$peer smp/s" ratio "fulcrum acc" "$peer acc"
 results=()
 for r in $(seq "$runs"); do
   read -r t_short _ < <(fulcrum_job "$warm")
   read -r t_long f_acc < <(fulcrum_job "$steps")
   f_rate=$(/usr/bin/python3 -c "print(($steps-$warm)*64*$workers/($t_long-$t_short))")
-  ddp=$(/usr/bin/python3 bench/ddp_peer.py --world "$workers" --steps "$steps" --warmup "$warm")
+  # shellcheck disable=SC2086  # no flags or one
+  ddp=$(/usr/bin/python3 bench/ddp_peer.py $peer_flags --world "$workers" --steps "$steps" --warmup "$warm")
   d_rate=$(echo "$ddp" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["samples_per_sec"])')
   d_acc=$(echo "$ddp" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
   ratio=$(/usr/bin/python3 -c "print($f_rate/$d_rate)")
@@ -55,4 +70,4 @@ for r in $(seq "$runs"); do
   printf "%-4s %14.0f %14.0f %8.2f %10.4f %10.4f\n" "$r" "$f_rate" "$d_rate" "$ratio" "$f_acc" "$d_acc"
 done
 median=$(printf "%s\n" "${results[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-echo "median ratio fulcrum/ddp: $median  (workers $workers, shards $shards, $steps steps, batch 64/worker)"
+echo "median ratio fulcrum/$peer: $median  (workers $workers, shards $shards, $steps steps, batch 64/worker)"

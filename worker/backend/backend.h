@@ -60,10 +60,20 @@ class Backend {
   virtual void RegisterHost(float* host, int64_t n) {}
   virtual void UnregisterHost(float* host) {}
 
-  // c[m x n] = alpha * op(a) * op(b) + beta * c, op(x) = x or x^T.
-  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k,
-                    float alpha, const float* a, const float* b, float beta,
-                    float* c) = 0;
+  // c[m x n] = alpha * op(a) * op(b) + beta * c, op(x) = x or x^T, on
+  // sub-matrices: lda, ldb and ldc are the row strides of a, b and c as
+  // stored (a is stored k x m when transposed), so that a block of rows or
+  // columns of a larger matrix is computed in place.
+  virtual void GemmStrided(bool trans_a, bool trans_b, int m, int n, int k,
+                           float alpha, const float* a, int lda,
+                           const float* b, int ldb, float beta, float* c,
+                           int ldc) = 0;
+  // The same on whole (densely stored) matrices.
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+            const float* a, const float* b, float beta, float* c) {
+    GemmStrided(trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b,
+                trans_b ? k : n, beta, c, n);
+  }
   // x[r][c] += bias[c] for a rows x cols matrix.
   virtual void AddBias(int rows, int cols, const float* bias, float* x) = 0;
   // db[c] = sum_r dy[r][c].

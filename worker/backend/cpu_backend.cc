@@ -32,12 +32,13 @@ void CpuBackend::CopyToHost(const float* device, float* host, int64_t n) {
   if (host != device) std::memcpy(host, device, n * sizeof(float));
 }
 
-void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
-                      float alpha, const float* a, const float* b, float beta,
-                      float* c) {
+void CpuBackend::GemmStrided(bool trans_a, bool trans_b, int m, int n, int k,
+                             float alpha, const float* a, int lda,
+                             const float* b, int ldb, float beta, float* c,
+                             int ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
-              trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, ldc);
 }
 
 void CpuBackend::AddBias(int rows, int cols, const float* bias, float* x) {

@@ -19,8 +19,9 @@ class CpuBackend final : public Backend {
   void Free(float* p) override;
   void CopyToDevice(const float* host, float* device, int64_t n) override;
   void CopyToHost(const float* device, float* host, int64_t n) override;
-  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-            const float* a, const float* b, float beta, float* c) override;
+  void GemmStrided(bool trans_a, bool trans_b, int m, int n, int k,
+                   float alpha, const float* a, int lda, const float* b,
+                   int ldb, float beta, float* c, int ldc) override;
   void AddBias(int rows, int cols, const float* bias, float* x) override;
   void BiasGrad(int rows, int cols, const float* dy, float* db) override;
   void Relu(int64_t n, float* x) override;

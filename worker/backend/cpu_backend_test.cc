@@ -26,6 +26,20 @@ TEST(CpuBackendTest, GemmAllTransposes) {
   EXPECT_EQ(aat, (std::vector<float>{15, 33, 33, 78}));
 }
 
+// A block of a larger matrix, in place: the rest of c is untouched.
+TEST(CpuBackendTest, StridedGemmComputesABlockInPlace) {
+  CpuBackend b;
+  // a = [[1,2,3],[4,5,6]] (2x3); its columns 1..2 transposed (2x2) times
+  // e = [[1,1],[0,2]] into rows 1..2, columns 1..2 of a 3x4 c of 7s.
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> e = {1, 1, 0, 2};
+  std::vector<float> c(12, 7.0f);
+  b.GemmStrided(true, false, 2, 2, 2, 1.0f, a.data() + 1, 3, e.data(), 2,
+                0.0f, c.data() + 4 + 1, 4);
+  // a[:,1:3]^T = [[2,5],[3,6]]; times e = [[2,12],[3,15]].
+  EXPECT_EQ(c, (std::vector<float>{7, 7, 7, 7, 7, 2, 12, 7, 7, 3, 15, 7}));
+}
+
 TEST(CpuBackendTest, ElementwiseKernels) {
   CpuBackend b;
   std::vector<float> x = {-1, 2, 0.5f, -3};

@@ -378,16 +378,15 @@ void CudaBackend::Synchronize() {
   Check(e == cudaSuccess, "synchronize: " + CudaError(e));
 }
 
-void CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
-                       float alpha, const float* a, const float* b, float beta,
-                       float* c) {
+void CudaBackend::GemmStrided(bool trans_a, bool trans_b, int m, int n, int k,
+                              float alpha, const float* a, int lda,
+                              const float* b, int ldb, float beta, float* c,
+                              int ldc) {
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-  const int lda = trans_a ? m : k;
-  const int ldb = trans_b ? k : n;
   const cublasStatus_t s = LoadCublas().sgemm(
       impl_->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
-      &beta, c, n);
+      &beta, c, ldc);
   Check(s == CUBLAS_STATUS_SUCCESS, "gemm: " + CublasError(s));
 }
 

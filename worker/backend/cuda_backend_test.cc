@@ -147,6 +147,26 @@ TEST_F(CudaBackendTest, GemmMatchesTheCpuInEveryTransposition) {
   }
 }
 
+// Blocks of larger matrices (what a layer split at partitions computes).
+TEST_F(CudaBackendTest, StridedGemmMatchesTheCpuOnBlocks) {
+  const int m = 13, n = 11, k = 17, ld = 40;  // inside 40-wide matrices
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const auto a = Random(ld * ld, 1), b = Random(ld * ld, 2),
+                 c0 = Random(ld * ld, 3);
+      std::vector<float> want = c0;
+      const int off = 3 * ld + 5;
+      cpu_.GemmStrided(ta, tb, m, n, k, 0.5f, a.data() + off, ld,
+                       b.data() + off, ld, 0.25f, want.data() + off, ld);
+      float* c = Up(c0);
+      gpu_->GemmStrided(ta, tb, m, n, k, 0.5f, Up(a) + off, ld, Up(b) + off,
+                        ld, 0.25f, c + off, ld);
+      EXPECT_LE(MaxRelError(Down(c, ld * ld), want), 1e-4)
+          << "trans_a " << ta << " trans_b " << tb;
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, Tf32GemmIsWithinItsLooserTolerance) {
   auto tf32 = CudaBackend::Create({.device = 0, .tf32 = true});
   ASSERT_TRUE(tf32.ok()) << tf32.status();

@@ -1,5 +1,7 @@
 #include "worker/model/mlp.h"
 
+#include <algorithm>
+
 namespace fulcrum {
 
 Mlp::Mlp(Backend* backend, const ParameterLayout& layout, int max_batch)
@@ -11,6 +13,19 @@ Mlp::Mlp(Backend* backend, const ParameterLayout& layout, int max_batch)
     sizes_.push_back(static_cast<int>(t[i].shape[0]));
     w_offset_.push_back(t[i].offset);
     b_offset_.push_back(t[i + 1].offset);
+  }
+  for (size_t l = 0; l + 1 < sizes_.size(); ++l) {
+    const int n_in = sizes_[l], n_out = sizes_[l + 1];
+    std::vector<int> starts = {0};
+    for (const Partition& p : layout.partitions()) {
+      const int64_t into = p.offset - w_offset_[l];
+      if (into <= 0 || into >= int64_t{n_out} * n_in) continue;
+      // Rows from floor(into / n_in) on hold the partition wholly.
+      const int row = static_cast<int>(into / n_in);
+      if (row > starts.back()) starts.push_back(row);
+    }
+    std::reverse(starts.begin(), starts.end());
+    row_blocks_.push_back(std::move(starts));
   }
   for (size_t l = 1; l < sizes_.size(); ++l) {
     act_.push_back(
@@ -51,10 +66,20 @@ double Mlp::ForwardBackward(const float* params, const float* x,
   for (int l = layers - 1; l >= 0; --l) {
     const int n_in = sizes_[l], n_out = sizes_[l + 1];
     const float* in = l == 0 ? x : act_[l - 1];
-    // dW [n_out x n_in] = dY^T [n_out x batch] * in [batch x n_in]
-    backend_->Gemm(true, false, n_out, n_in, batch, 1.0f, dact_[l], in, 0.0f,
-                   grads + w_offset_[l]);
+    // The bias follows its weight in the flat vector: final first.
     backend_->BiasGrad(batch, n_out, dact_[l], grads + b_offset_[l]);
+    if (ready) ready(b_offset_[l]);
+    // dW [n_out x n_in] = dY^T [n_out x batch] * in [batch x n_in], rows
+    // [first, end) at a time: dY's columns of those rows (stride n_out).
+    int end = n_out;
+    for (const int first : row_blocks_[l]) {
+      const int64_t at = w_offset_[l] + int64_t{first} * n_in;
+      backend_->GemmStrided(true, false, end - first, n_in, batch, 1.0f,
+                            dact_[l] + first, n_out, in, n_in, 0.0f,
+                            grads + at, n_in);
+      if (ready) ready(at);
+      end = first;
+    }
     if (l > 0) {
       // dIn [batch x n_in] = dY [batch x n_out] * W [n_out x n_in], then ReLU'.
       backend_->Gemm(false, false, batch, n_in, n_out, 1.0f, dact_[l],
@@ -62,7 +87,6 @@ double Mlp::ForwardBackward(const float* params, const float* x,
       backend_->ReluGrad(static_cast<int64_t>(batch) * n_in, act_[l - 1],
                          dact_[l - 1]);
     }
-    if (ready) ready(w_offset_[l]);
   }
   return loss / batch;
 }

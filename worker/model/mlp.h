@@ -32,7 +32,12 @@ class Mlp {
 
   // One training step's forward and backward pass over `batch` rows of x
   // (backend memory) and labels (host memory). Writes the gradient of the
-  // mean loss into grads and returns the mean loss.
+  // mean loss into grads and returns the mean loss. `ready` is called as
+  // soon as each partition of the layout is final: a layer's bias first,
+  // then its weight in blocks of rows cut at the partition boundaries that
+  // fall inside it (last block first), so that a large layer's partitions
+  // go out one by one while the rest of it is computed - and are updated
+  // by the shards meanwhile - instead of all at once at its end.
   // REQUIRES: 0 < batch <= max_batch.
   double ForwardBackward(const float* params, const float* x,
                          const int32_t* labels, int batch, float* grads,
@@ -51,6 +56,9 @@ class Mlp {
   std::vector<int> sizes_;         // [in, hidden..., classes]
   std::vector<int64_t> w_offset_;  // per layer, into the flat vector
   std::vector<int64_t> b_offset_;
+  // Per layer, the first rows of the weight's gradient blocks, descending,
+  // ending with 0 (a partition boundary inside the weight starts a block).
+  std::vector<std::vector<int>> row_blocks_;
   std::vector<float*> act_;   // outputs of each layer, [max_batch x out]
   std::vector<float*> dact_;  // gradients w.r.t. those outputs
 };

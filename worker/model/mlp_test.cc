@@ -40,9 +40,11 @@ TEST(MlpTest, GradientsMatchFiniteDifferences) {
       mlp.ForwardBackward(params.data(), x.data(), labels.data(), batch,
                           grads.data(), [&](int64_t r) { ready.push_back(r); });
   EXPECT_NEAR(loss, MeanLoss(mlp, params, x, labels, batch), 1e-6);
-  // Gradients become ready from the last layer to the first.
-  EXPECT_EQ(ready, (std::vector<int64_t>{layout->tensors()[4].offset,
-                                         layout->tensors()[2].offset, 0}));
+  // Gradients become ready from the last layer to the first, each layer's
+  // bias before its weight.
+  const auto& t = layout->tensors();
+  EXPECT_EQ(ready, (std::vector<int64_t>{t[5].offset, t[4].offset, t[3].offset,
+                                         t[2].offset, t[1].offset, 0}));
   // Central differences in double-ish precision: eps large enough for float.
   const float eps = 1e-3f;
   int checked = 0;
@@ -58,6 +60,51 @@ TEST(MlpTest, GradientsMatchFiniteDifferences) {
     ++checked;
   }
   EXPECT_EQ(checked, 6 * 5 + 5 + 5 * 4 + 4 + 4 * 3 + 3);
+}
+
+// A weight cut into several partitions is computed in blocks of rows, each
+// partition reported as soon as it is final, and the gradient is that of
+// the whole layer at once.
+TEST(MlpTest, PartitionsInsideAWeightAreReadyOneByOne) {
+  CpuBackend backend;
+  // 300-element partitions: W0 (30 x 40) is cut at 300, 600 and 900, inside
+  // rows 7, 15 and 22.
+  auto cut = ParameterLayout::ForMlp({40, 30, 5}, 1, 300 * 4);
+  auto whole = ParameterLayout::ForMlp({40, 30, 5}, 1, 1 << 20);
+  ASSERT_TRUE(cut.ok() && whole.ok());
+  ASSERT_GT(cut->partitions().size(), 4u);
+  ASSERT_EQ(whole->partitions().size(), 1u);
+  const int batch = 8;
+  std::vector<float> params(cut->total_size());
+  InitializeParameters(*cut, 3, 0, cut->total_size(), params.data());
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(batch * 40);
+  for (float& v : x) v = normal(rng);
+  const std::vector<int32_t> labels = {0, 1, 2, 3, 4, 0, 1, 2};
+
+  Mlp reference(&backend, *whole, batch);
+  std::vector<float> expected(whole->total_size());
+  reference.ForwardBackward(params.data(), x.data(), labels.data(), batch,
+                            expected.data(), nullptr);
+
+  Mlp mlp(&backend, *cut, batch);
+  std::vector<float> grads(cut->total_size(), std::nanf(""));
+  std::vector<int64_t> ready;
+  mlp.ForwardBackward(params.data(), x.data(), labels.data(), batch,
+                      grads.data(), [&](int64_t from) {
+                        ready.push_back(from);
+                        // Everything from `from` on is final already.
+                        for (int64_t i = from; i < cut->total_size(); ++i)
+                          ASSERT_NEAR(grads[i], expected[i], 1e-6)
+                              << "element " << i << " at ready(" << from << ")";
+                      });
+  const auto& t = cut->tensors();
+  EXPECT_EQ(ready, (std::vector<int64_t>{t[3].offset, t[2].offset,
+                                         t[1].offset, 22 * 40, 15 * 40, 7 * 40,
+                                         0}));
+  for (size_t i = 0; i < grads.size(); ++i)
+    EXPECT_NEAR(grads[i], expected[i], 1e-6) << "element " << i;
 }
 
 TEST(MlpTest, LearnsASeparableProblem) {

@@ -107,13 +107,20 @@ void SimulatedDeviceBackend::Synchronize() {
   to_host_.clear();
 }
 
-void SimulatedDeviceBackend::Gemm(bool trans_a, bool trans_b, int m, int n,
-                                  int k, float alpha, const float* a,
-                                  const float* b, float beta, float* c) {
-  Reads(a, int64_t{m} * k, "Gemm");
-  Reads(b, int64_t{k} * n, "Gemm");
-  Writes(c, int64_t{m} * n, "Gemm");
-  cpu_.Gemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+void SimulatedDeviceBackend::GemmStrided(bool trans_a, bool trans_b, int m,
+                                         int n, int k, float alpha,
+                                         const float* a, int lda,
+                                         const float* b, int ldb, float beta,
+                                         float* c, int ldc) {
+  // What a strided matrix spans: (rows - 1) strides and a last row.
+  auto span = [](int rows, int cols, int ld) {
+    return int64_t{rows - 1} * ld + cols;
+  };
+  Reads(a, trans_a ? span(k, m, lda) : span(m, k, lda), "Gemm");
+  Reads(b, trans_b ? span(n, k, ldb) : span(k, n, ldb), "Gemm");
+  Writes(c, span(m, n, ldc), "Gemm");
+  cpu_.GemmStrided(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                   ldc);
 }
 
 void SimulatedDeviceBackend::AddBias(int rows, int cols, const float* bias,
