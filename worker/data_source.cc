@@ -13,12 +13,23 @@ class StaticSource : public DataSource {
   void StartGeneration() override {}
   int64_t StepLimit() const override { return TotalSteps(); }
   absl::StatusOr<StepSamples> Next(int64_t step) override {
+    StepSamples s = Of(step);
+    UseEpoch(s.epoch);
+    return s;
+  }
+  std::optional<StepSamples> Peek(int64_t step) const override {
+    StepSamples s = Of(step);
+    if (s.epoch != epoch_loaded_) return std::nullopt;
+    return s;
+  }
+
+ private:
+  StepSamples Of(int64_t step) const {
     const Assignment& a = session_->assignment();
     const int64_t per_epoch =
         StepsPerEpoch(n_, a.world_size, spec_.batch_size());
     StepSamples s;
     s.epoch = step / per_epoch;
-    UseEpoch(s.epoch);
     s.share = WorkerShare(n_, step % per_epoch, a.rank, a.world_size,
                           spec_.batch_size());
     return s;
@@ -44,26 +55,39 @@ class ChunkSource : public DataSource {
     if (lease_.chunk < 0 && !exhausted_ && absl::Now() >= next_poll_) {
       RETURN_IF_ERROR(Lease());
     }
-    StepSamples samples;
+    if (lease_.chunk >= 0) UseEpoch(lease_.epoch);
+    const StepSamples samples = FromLease();
     if (lease_.chunk >= 0) {
-      UseEpoch(lease_.epoch);
-      samples.share.begin = lease_.next;
-      samples.share.count =
-          std::min<int64_t>(spec_.batch_size(), lease_.end - lease_.next);
-      samples.range = {lease_.chunk, lease_.next,
-                       lease_.next + samples.share.count};
       lease_.next += samples.share.count;
       if (lease_.next >= lease_.end) {
         done_.push_back(lease_.chunk);
         lease_ = ChunkLease{};
       }
     }
+    return samples;
+  }
+  // Known while the lease lasts (Next asks for none).
+  std::optional<StepSamples> Peek(int64_t) const override {
+    if (lease_.chunk < 0 || lease_.epoch != epoch_loaded_) return std::nullopt;
+    return FromLease();
+  }
+
+ private:
+  // The next batch of the lease (none without one), order() loaded.
+  StepSamples FromLease() const {
+    StepSamples samples;
+    if (lease_.chunk >= 0) {
+      samples.share.begin = lease_.next;
+      samples.share.count =
+          std::min<int64_t>(spec_.batch_size(), lease_.end - lease_.next);
+      samples.range = {lease_.chunk, lease_.next,
+                       lease_.next + samples.share.count};
+    }
     samples.epoch = std::max<int64_t>(epoch_loaded_, 0);
     samples.exhausted = exhausted_;
     return samples;
   }
 
- private:
   // Reports the finished chunks and leases the next one. A coordinator that
   // does not answer costs an empty step, then it is asked again.
   absl::Status Lease() {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,6 +50,11 @@ class DataSource {
   int64_t TotalSteps() const;
   // The samples of `step`; ABORTED: the generation ended.
   virtual absl::StatusOr<StepSamples> Next(int64_t step) = 0;
+  // What Next(step) will return, where that is known without a side effect
+  // (no lease to ask for, no new epoch order; order() stays as it is);
+  // nullopt otherwise. Lets the next step begin while its parameters
+  // arrive.
+  virtual std::optional<StepSamples> Peek(int64_t step) const = 0;
   // The epoch order that shares index.
   const int64_t* order() const { return order_.data(); }
 

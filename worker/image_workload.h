@@ -32,13 +32,23 @@ class ImageWorkload : public Workload {
       int eval_batch);
 
   int64_t TrainSize() const override { return train_->images.count; }
+  // Drops a prepared step: the new generation's values replace the ones it
+  // was computed with.
+  absl::Status StartGeneration(const ChannelOptions& options) override;
   absl::StatusOr<double> ComputeGradient(int64_t step,
                                          absl::Span<const int64_t> samples,
                                          const float* params, float* grads,
                                          const GradientReady& ready) override;
   absl::StatusOr<Evaluation> Evaluate(const float* params) override;
+  // Gathers the next batch and computes the first layer's blocks as their
+  // weights arrive (Mlp::Prepare / Arrived).
+  void PrepareStep(int64_t step, absl::Span<const int64_t> samples) override;
+  void ParametersArrived(const Partition& p, const float* params) override;
 
  private:
+  // Gathers `samples` into x_dev_ (and their labels into y_).
+  void Gather(absl::Span<const int64_t> samples);
+
   ImageWorkload(Backend* backend, const ParameterLayout* layout,
                 const LabeledImages* train, TestLoader load_test, int batch,
                 int eval_batch);
@@ -55,6 +65,9 @@ class ImageWorkload : public Workload {
   Mlp mlp_;
   BatchGatherer gather_;
   std::unique_ptr<Evaluator> evaluator_;  // at the first Evaluate
+  // The prepared step (-1: none) and its samples (the span's data and size).
+  int64_t prepared_step_ = -1;
+  absl::Span<const int64_t> prepared_samples_;
 };
 
 }  // namespace fulcrum

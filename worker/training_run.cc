@@ -1,6 +1,7 @@
 #include "worker/training_run.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -170,13 +171,23 @@ absl::Status TrainingRun::ComputeAndPush(int64_t step,
 }
 
 absl::Status TrainingRun::WaitForParameters(int64_t step, bool* stop) {
-  // GPU: each partition goes to the device as soon as it arrives, while
-  // the others are still on the wire.
+  // Host: the next step begins while its parameters arrive, where its
+  // samples are known already (the workload gathers them and computes what
+  // the partitions that are in allow). GPU: each partition goes to the
+  // device as soon as it arrives, while the others are still on the wire.
   const bool host = backend_->HostAccessible();
+  std::optional<StepSamples> next;
+  if (host && step + 1 < source_->StepLimit()) next = source_->Peek(step + 1);
+  if (next.has_value() && next->share.count > 0) {
+    workload_->PrepareStep(
+        step + 1,
+        absl::MakeConstSpan(source_->order() + next->share.begin,
+                            next->share.count));
+  }
   RETURN_IF_ERROR(
       session_.WaitForParameters(step + 1, stop, [&](int32_t id) {
-        if (host) return;
         const Partition& p = layout_.partitions()[id];
+        if (host) return workload_->ParametersArrived(p, params_dev_.get());
         backend_->CopyToDeviceAsync(params_.data() + p.offset,
                                     params_dev_.get() + p.offset, p.size);
       }));

@@ -53,6 +53,15 @@ class Workload {
       int64_t step, absl::Span<const int64_t> samples, const float* params,
       float* grads, const GradientReady& ready) = 0;
 
+  // The next step, begun while its parameters arrive (optional; host
+  // backends): PrepareStep names step `step`'s samples before the wait for
+  // its parameters; ParametersArrived(p, params) says that partition p of
+  // `params` (backend memory) holds that step's values, and may compute
+  // what depends on it alone. ComputeGradient of the same step and samples
+  // then does only the rest; anything else drops what was prepared.
+  virtual void PrepareStep(int64_t step, absl::Span<const int64_t> samples) {}
+  virtual void ParametersArrived(const Partition& p, const float* params) {}
+
   // This worker has no samples at `step` (an empty share): the shards still
   // hear of the step where they count steps (embedding tables' clocks).
   virtual absl::Status EmptyStep(int64_t step) { return absl::OkStatus(); }

@@ -40,14 +40,81 @@ Mlp::~Mlp() {
   for (float* p : dact_) backend_->Free(p);
 }
 
-const float* Mlp::Forward(const float* params, const float* x, int batch) {
+void Mlp::FirstLayerRows(const float* params, const float* x, int batch,
+                         int first, int end) {
+  const int n_in = sizes_[0], n_out = sizes_[1];
+  // act[:, first:end] = x [batch x n_in] * W[first:end]^T (stride n_out).
+  backend_->GemmStrided(false, true, batch, end - first, n_in, 1.0f, x, n_in,
+                        params + w_offset_[0] + int64_t{first} * n_in, n_in,
+                        0.0f, act_[0] + first, n_out);
+}
+
+void Mlp::Prepare(const float* x, int batch) {
+  prepared_x_ = x;
+  prepared_batch_ = batch;
+  const std::vector<int>& starts = row_blocks_[0];
+  block_missing_.assign(starts.size(), 0);
+  block_done_.assign(starts.size(), false);
+  int end = sizes_[1];
+  for (size_t b = 0; b < starts.size(); ++b) {
+    block_missing_[b] = int64_t{end - starts[b]} * sizes_[0];
+    end = starts[b];
+  }
+}
+
+void Mlp::Arrived(const float* params, int64_t offset, int64_t size) {
+  if (prepared_x_ == nullptr) return;
+  const std::vector<int>& starts = row_blocks_[0];
+  int end = sizes_[1];
+  for (size_t b = 0; b < starts.size(); ++b) {
+    const int64_t lo = w_offset_[0] + int64_t{starts[b]} * sizes_[0];
+    const int64_t hi = w_offset_[0] + int64_t{end} * sizes_[0];
+    const int64_t overlap =
+        std::min(hi, offset + size) - std::max(lo, offset);
+    if (overlap > 0 && !block_done_[b]) {
+      block_missing_[b] -= overlap;
+      if (block_missing_[b] <= 0) {
+        FirstLayerRows(params, prepared_x_, prepared_batch_, starts[b], end);
+        block_done_[b] = true;
+      }
+    }
+    end = starts[b];
+  }
+}
+
+void Mlp::Unprepare() { prepared_x_ = nullptr; }
+
+int Mlp::prepared_rows() const {
+  if (prepared_x_ == nullptr) return 0;
+  int rows = 0, end = sizes_[1];
+  for (size_t b = 0; b < row_blocks_[0].size(); ++b) {
+    if (block_done_[b]) rows += end - row_blocks_[0][b];
+    end = row_blocks_[0][b];
+  }
+  return rows;
+}
+
+const float* Mlp::Forward(const float* params, const float* x, int batch,
+                          bool prepared) {
   const int layers = static_cast<int>(w_offset_.size());
+  // What Arrived computed counts only for the input and batch it was for.
+  const bool ahead =
+      prepared && prepared_x_ == x && prepared_batch_ == batch;
   const float* in = x;
   for (int l = 0; l < layers; ++l) {
     const int n_in = sizes_[l], n_out = sizes_[l + 1];
     // act = in [batch x n_in] * W^T [n_in x n_out] + b
-    backend_->Gemm(false, true, batch, n_out, n_in, 1.0f, in,
-                   params + w_offset_[l], 0.0f, act_[l]);
+    if (l == 0 && ahead) {
+      int end = n_out;
+      for (size_t b = 0; b < row_blocks_[0].size(); ++b) {
+        const int first = row_blocks_[0][b];
+        if (!block_done_[b]) FirstLayerRows(params, x, batch, first, end);
+        end = first;
+      }
+    } else {
+      backend_->Gemm(false, true, batch, n_out, n_in, 1.0f, in,
+                     params + w_offset_[l], 0.0f, act_[l]);
+    }
     backend_->AddBias(batch, n_out, params + b_offset_[l], act_[l]);
     if (l + 1 < layers)
       backend_->Relu(static_cast<int64_t>(batch) * n_out, act_[l]);
@@ -60,7 +127,8 @@ double Mlp::ForwardBackward(const float* params, const float* x,
                             const int32_t* labels, int batch, float* grads,
                             const GradientReady& ready) {
   const int layers = static_cast<int>(w_offset_.size());
-  const float* logits = Forward(params, x, batch);
+  const float* logits = Forward(params, x, batch, /*prepared=*/true);
+  Unprepare();
   const double loss = backend_->SoftmaxCrossEntropy(
       batch, classes(), logits, labels, 1.0f / batch, dact_.back());
   for (int l = layers - 1; l >= 0; --l) {
@@ -93,7 +161,8 @@ double Mlp::ForwardBackward(const float* params, const float* x,
 
 int64_t Mlp::Evaluate(const float* params, const float* x,
                       const int32_t* labels, int batch, double* loss_sum) {
-  const float* logits = Forward(params, x, batch);
+  Unprepare();  // act_ is overwritten
+  const float* logits = Forward(params, x, batch, /*prepared=*/false);
   if (loss_sum != nullptr) {
     *loss_sum += backend_->SoftmaxCrossEntropy(batch, classes(), logits, labels,
                                                0.0f, dact_.back());

@@ -48,8 +48,30 @@ class Mlp {
   int64_t Evaluate(const float* params, const float* x, const int32_t* labels,
                    int batch, double* loss_sum);
 
+  // The next step's forward, started while its parameters still arrive
+  // (the first layer, which backward finished last and the shards updated
+  // last, is needed first: priority-based parameter propagation, as in P3).
+  // Prepare(x, batch) names the next step's input (backend memory, which
+  // must stay unchanged until that step); each Arrived(params, offset, size)
+  // says that params[offset, offset + size) hold the next step's values and
+  // computes the first layer's output for every block of its rows whose
+  // weights have all arrived. The next ForwardBackward with the same x and
+  // batch computes only the rest, with the same result; any other call
+  // (or Unprepare) drops what was prepared. Host backends: Arrived runs
+  // kernels on the caller's thread.
+  void Prepare(const float* x, int batch);
+  void Arrived(const float* params, int64_t offset, int64_t size);
+  void Unprepare();
+  // Rows of the first layer computed ahead (tests).
+  int prepared_rows() const;
+
  private:
-  const float* Forward(const float* params, const float* x, int batch);
+  // `prepared`: blocks of the first layer that Arrived computed are kept.
+  const float* Forward(const float* params, const float* x, int batch,
+                       bool prepared);
+  // The first layer's rows [first, end) of act = x W^T into act_[0].
+  void FirstLayerRows(const float* params, const float* x, int batch,
+                      int first, int end);
 
   Backend* const backend_;  // Not owned.
   const int max_batch_;
@@ -59,6 +81,13 @@ class Mlp {
   // Per layer, the first rows of the weight's gradient blocks, descending,
   // ending with 0 (a partition boundary inside the weight starts a block).
   std::vector<std::vector<int>> row_blocks_;
+  // The prepared step: its input, batch, and per block of the first layer
+  // (row_blocks_[0]'s order) the weight elements still to arrive (0: all
+  // in) and whether its output is computed.
+  const float* prepared_x_ = nullptr;
+  int prepared_batch_ = 0;
+  std::vector<int64_t> block_missing_;
+  std::vector<bool> block_done_;
   std::vector<float*> act_;   // outputs of each layer, [max_batch x out]
   std::vector<float*> dact_;  // gradients w.r.t. those outputs
 };

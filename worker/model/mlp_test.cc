@@ -107,6 +107,65 @@ TEST(MlpTest, PartitionsInsideAWeightAreReadyOneByOne) {
     EXPECT_NEAR(grads[i], expected[i], 1e-6) << "element " << i;
 }
 
+// The next step's first layer, computed block by block as its weights
+// arrive, gives the step computed at once; a block waits for all of its
+// weights (a partition boundary inside a row), and a step on other input
+// ignores what was prepared.
+TEST(MlpTest, APreparedStepMatchesTheStepComputedAtOnce) {
+  CpuBackend backend;
+  auto layout = ParameterLayout::ForMlp({40, 30, 5}, 1, 300 * 4);
+  ASSERT_TRUE(layout.ok());
+  const auto& parts = layout->partitions();
+  ASSERT_GT(parts.size(), 4u);
+  const int batch = 8;
+  std::vector<float> params(layout->total_size());
+  InitializeParameters(*layout, 5, 0, layout->total_size(), params.data());
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(batch * 40), other(batch * 40);
+  for (float& v : x) v = normal(rng);
+  for (float& v : other) v = normal(rng);
+  const std::vector<int32_t> labels = {4, 3, 2, 1, 0, 4, 3, 2};
+
+  Mlp mlp(&backend, *layout, batch);
+  std::vector<float> expected(layout->total_size());
+  const double expected_loss =
+      mlp.ForwardBackward(params.data(), x.data(), labels.data(), batch,
+                          expected.data(), nullptr);
+
+  mlp.Prepare(x.data(), batch);
+  EXPECT_EQ(mlp.prepared_rows(), 0);
+  // Blocks of rows [22, 30), [15, 22), [7, 15), [0, 7). Partition 3
+  // (elements 900..1199) leaves [22, 30) short of row 22's first half
+  // (880..899); partition 2 (600..899) completes it and holds [15, 22)
+  // (600..879) whole; partition 4 (biases, second layer) adds no row.
+  mlp.Arrived(params.data(), parts[3].offset, parts[3].size);
+  EXPECT_EQ(mlp.prepared_rows(), 0);
+  mlp.Arrived(params.data(), parts[2].offset, parts[2].size);
+  EXPECT_EQ(mlp.prepared_rows(), 15);
+  mlp.Arrived(params.data(), parts[4].offset, parts[4].size);
+  EXPECT_EQ(mlp.prepared_rows(), 15);
+  std::vector<float> grads(layout->total_size());
+  const double loss = mlp.ForwardBackward(params.data(), x.data(),
+                                          labels.data(), batch, grads.data(),
+                                          nullptr);
+  EXPECT_NEAR(loss, expected_loss, 1e-6);
+  for (size_t i = 0; i < grads.size(); ++i)
+    EXPECT_NEAR(grads[i], expected[i], 1e-6) << "element " << i;
+  EXPECT_EQ(mlp.prepared_rows(), 0);  // used once
+
+  // Prepared on `other`, stepped on x: what was prepared is not used.
+  mlp.Prepare(other.data(), batch);
+  for (const Partition& p : parts) mlp.Arrived(params.data(), p.offset, p.size);
+  EXPECT_EQ(mlp.prepared_rows(), 30);
+  std::fill(grads.begin(), grads.end(), 0.0f);
+  EXPECT_NEAR(mlp.ForwardBackward(params.data(), x.data(), labels.data(),
+                                  batch, grads.data(), nullptr),
+              expected_loss, 1e-6);
+  for (size_t i = 0; i < grads.size(); ++i)
+    EXPECT_NEAR(grads[i], expected[i], 1e-6) << "element " << i;
+}
+
 TEST(MlpTest, LearnsASeparableProblem) {
   CpuBackend backend;
   auto layout = ParameterLayout::ForMlp({2, 8, 2}, 1, 1 << 20);
