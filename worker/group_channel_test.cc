@@ -2,6 +2,7 @@
 // what the leader pushes for whom, falling back when a member never
 // joins, and every wait ending when the other side fails, dies, leaves or
 // its deadline passes.
+#include "common/status/payloads.h"
 #include "worker/group_channel.h"
 
 #include <signal.h>
@@ -229,9 +230,12 @@ TEST(GroupChannelTest, AMembersNonFiniteGradientFailsThatMemberOnly) {
 // stream: the member with the largest element fails, the others re-join;
 // when it is the leader's, the leader fails and the member re-joins.
 TEST(GroupChannelTest, ARefusedUpdateFailsTheMemberWithTheLargestElement) {
-  const absl::Status refused = absl::InvalidArgumentError(
+  // The shard's error as it arrives: marked kRefusedUpdatePayload.
+  const absl::Status unmarked = absl::InvalidArgumentError(
       "push.data of step 5: the update of partition 0 would have made values "
       "non-finite and was not applied");
+  absl::Status refused = unmarked;
+  refused.SetPayload(kRefusedUpdatePayload, absl::Cord("5"));
   {
     Group g(Nonce("huge-member"));
     g.leader_transport.made[0]->wait_error = refused;
@@ -247,6 +251,15 @@ TEST(GroupChannelTest, ARefusedUpdateFailsTheMemberWithTheLargestElement) {
     EXPECT_EQ(leader.code(), absl::StatusCode::kInvalidArgument) << leader;
     EXPECT_EQ(member.code(), absl::StatusCode::kUnavailable) << member;
     EXPECT_NE(member.message().find("w-0"), std::string::npos) << member;
+  }
+  {
+    // Without the shard's mark the message text blames nobody: the error
+    // is the leader's own, although its member's element was the largest.
+    Group g(Nonce("unmarked"));
+    g.leader_transport.made[0]->wait_error = unmarked;
+    auto [leader, member] = g.Step(1.0f, 3e38f);
+    EXPECT_EQ(leader.code(), absl::StatusCode::kInvalidArgument) << leader;
+    EXPECT_EQ(member.code(), absl::StatusCode::kUnavailable) << member;
   }
 }
 

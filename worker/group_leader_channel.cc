@@ -6,9 +6,9 @@
 #include <deque>
 #include <iostream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/dataplane/payload.h"
+#include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 #include "worker/group_channel_base.h"
 
@@ -216,13 +216,12 @@ class LeaderChannel : public GroupChannelBase {
                           n);
   }
 
-  // A refused update (the shard: "would have made values non-finite")
-  // names the group's stream; the member whose gradient of the step held
-  // the largest element is the one to fail, as the shard fails a worker
-  // of its own. The leader itself: the error is its own.
+  // A refused update (the shard marks it kRefusedUpdatePayload) names the
+  // group's stream; the member whose gradient of the step held the largest
+  // element is the one to fail, as the shard fails a worker of its own.
+  // The leader itself: the error is its own.
   absl::Status Blame(absl::Status s) {
-    if (s.code() != absl::StatusCode::kInvalidArgument ||
-        !absl::StrContains(s.message(), "non-finite") || largest_.empty())
+    if (!s.GetPayload(kRefusedUpdatePayload).has_value() || largest_.empty())
       return s;
     const size_t culprit =
         std::max_element(largest_.begin(), largest_.end()) - largest_.begin();

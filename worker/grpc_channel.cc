@@ -10,6 +10,7 @@
 #include "common/net/grpc_options.h"
 #include "common/net/retry.h"
 #include "common/status/grpc_status.h"
+#include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 #include "worker/grpc_channel_state.h"
 
@@ -230,11 +231,10 @@ void GrpcParameterChannel::ReceiveConnections(Stream* s) {
     if (retry_until == absl::InfiniteFuture())
       retry_until = now + options_.reconnect_timeout;
     if (!retryable || now >= retry_until) {
-      arrivals_.Fail(absl::Status(
-          FromGrpcStatus(status).code(),
-          absl::StrCat("shard ", s->shard, " (",
-                       options_.shard_addresses[s->shard],
-                       "): ", status.error_message())));
+      arrivals_.Fail(Prefixed(absl::StrCat("shard ", s->shard, " (",
+                                           options_.shard_addresses[s->shard],
+                                           ")"),
+                              FromGrpcStatus(status)));
       return;
     }
     absl::SleepFor(absl::FromChrono(Backoff(

@@ -2,18 +2,36 @@
 
 #include <string>
 
+#include "fulcrum/v1/common.pb.h"
+
 namespace fulcrum {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
+  v1::StatusPayloads details;
+  status.ForEachPayload([&](absl::string_view url, const absl::Cord& value) {
+    (*details.mutable_payloads())[std::string(url)] = std::string(value);
+  });
+  if (details.payloads().empty()) {
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                        std::string(status.message()));
+  }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      std::string(status.message()),
+                      details.SerializeAsString());
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  absl::Status out(static_cast<absl::StatusCode>(status.error_code()),
+                   status.error_message());
+  v1::StatusPayloads details;
+  if (!status.error_details().empty() &&
+      details.ParseFromString(status.error_details())) {
+    for (const auto& [url, value] : details.payloads())
+      out.SetPayload(url, absl::Cord(value));
+  }
+  return out;
 }
 
 }  // namespace fulcrum

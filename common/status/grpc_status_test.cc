@@ -1,5 +1,6 @@
 #include "common/status/grpc_status.h"
 
+#include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 #include "gtest/gtest.h"
 
@@ -16,6 +17,29 @@ TEST(GrpcStatusTest, RoundTripsCodeAndMessage) {
   EXPECT_EQ(
       FromGrpcStatus(grpc::Status(grpc::StatusCode::ABORTED, "gen")).code(),
       absl::StatusCode::kAborted);
+}
+
+// Payloads (what a core marks on an error) cross with the status; a
+// prefix keeps them; a peer's undecodable details are dropped.
+TEST(GrpcStatusTest, PayloadsCrossAndSurviveAPrefix) {
+  absl::Status s = absl::InvalidArgumentError("push.data of step 7: refused");
+  s.SetPayload(kRefusedUpdatePayload, absl::Cord("7"));
+  const grpc::Status g = ToGrpcStatus(s);
+  EXPECT_FALSE(g.error_details().empty());
+  const absl::Status back = FromGrpcStatus(g);
+  EXPECT_EQ(back, s);  // code, message and payloads
+  const absl::Status prefixed = Prefixed("shard 0 (127.0.0.1:1)", back);
+  EXPECT_EQ(prefixed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(prefixed.message(),
+            "shard 0 (127.0.0.1:1): push.data of step 7: refused");
+  ASSERT_TRUE(prefixed.GetPayload(kRefusedUpdatePayload).has_value());
+  EXPECT_EQ(std::string(*prefixed.GetPayload(kRefusedUpdatePayload)), "7");
+  // No payload: no details.
+  EXPECT_TRUE(ToGrpcStatus(absl::AbortedError("gen")).error_details().empty());
+  // Garbage from a peer: the code and message, nothing else.
+  const absl::Status garbage = FromGrpcStatus(
+      grpc::Status(grpc::StatusCode::INTERNAL, "x", std::string("\xff\xff")));
+  EXPECT_EQ(garbage, absl::InternalError("x"));
 }
 
 absl::StatusOr<int> Half(int x) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/ps/aggregator.h"
+#include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 
 namespace fulcrum {
@@ -111,10 +112,12 @@ class ArrivalAggregator : public Aggregator {
     r.largest = p.tracker.Largest(member);
     r.held = false;
     p.tracker.ClearMember(member);
-    return absl::InvalidArgumentError(absl::StrCat(
+    absl::Status refused = absl::InvalidArgumentError(absl::StrCat(
         "push.data of step ", c.step, ": applying this worker's gradient "
         "would make partition ", c.partition, " non-finite (largest element at least ",
         r.largest, "); not applied"));
+    refused.SetPayload(kRefusedUpdatePayload, absl::Cord(absl::StrCat(c.step)));
+    return refused;
   }
 
   const Context ctx_;

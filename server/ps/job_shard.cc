@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/job_spec.h"
 #include "common/config/model_layout.h"
+#include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 
 namespace fulcrum {
@@ -317,12 +318,14 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
     const PartitionState::Rejected& r = p->rejected;
     if (r.held && r.step < version &&
         std::find(members.begin(), members.end(), r.member) != members.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      absl::Status refused = absl::InvalidArgumentError(absl::StrCat(
           "push.data of step ", r.step, ": the update of partition ",
           partition, " would have made values non-finite and was not "
           "applied; this worker's push held the largest element (at least ",
-          r.largest,
-          ")"));
+          r.largest, ")"));
+      refused.SetPayload(kRefusedUpdatePayload,
+                         absl::Cord(absl::StrCat(r.step)));
+      return refused;
     }
     if (cancelled && cancelled())
       return absl::CancelledError("stream cancelled");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/status/payloads.h"
 #include "server/ps/job_shard.h"
 #include "server/ps/testing/test_jobs.h"
 
@@ -52,6 +53,9 @@ TEST(NonFiniteTest, SyncHoldsTheStepBackAndNamesTheLargestPush) {
   EXPECT_EQ(culprit.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(culprit.message().find("non-finite"), std::string::npos)
       << culprit;
+  // Marked, so that a group leader can pass the blame on (payloads.h).
+  ASSERT_TRUE(culprit.GetPayload(kRefusedUpdatePayload).has_value());
+  EXPECT_EQ(std::string(*culprit.GetPayload(kRefusedUpdatePayload)), "1");
   EXPECT_EQ(j.WaitForVersion(0, 2, 1, soon, nullptr, {0}).code(),
             absl::StatusCode::kDeadlineExceeded);
 
@@ -99,6 +103,8 @@ TEST(NonFiniteTest, ArrivalRefusesThePushAndTakesTheStepAgain) {
     EXPECT_NE(r.status().message().find("would make partition 0 non-finite"),
               std::string::npos)
         << r.status();
+    EXPECT_TRUE(r.status().GetPayload(kRefusedUpdatePayload).has_value())
+        << mode;
     EXPECT_EQ(ReadAll(**job, &version), w0) << mode;
     EXPECT_EQ(version, 0);
     EXPECT_EQ(calls, 1);
