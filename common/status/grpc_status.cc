@@ -12,13 +12,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   status.ForEachPayload([&](absl::string_view url, const absl::Cord& value) {
     (*details.mutable_payloads())[std::string(url)] = std::string(value);
   });
-  if (details.payloads().empty()) {
-    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                        std::string(status.message()));
-  }
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()),
-                      details.SerializeAsString());
+  return grpc::Status(
+      static_cast<grpc::StatusCode>(status.code()),
+      std::string(status.message()),
+      details.payloads().empty() ? std::string() : details.SerializeAsString());
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {

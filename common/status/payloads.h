@@ -4,6 +4,8 @@
 #ifndef FULCRUM_COMMON_STATUS_PAYLOADS_H_
 #define FULCRUM_COMMON_STATUS_PAYLOADS_H_
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,19 @@ namespace fulcrum {
 // A pre-reducing group leader passes the blame to the member whose gradient
 // held the largest element.
 inline constexpr char kRefusedUpdatePayload[] = "fulcrum/refused-update";
+
+// The coordinator's: a shard could not restore the checkpoint of the step
+// it carries (a later round falls back to an earlier one).
+inline constexpr char kBadCheckpointPayload[] = "fulcrum/bad-checkpoint";
+
+// A refused update's error: INVALID_ARGUMENT with `message`, marked
+// kRefusedUpdatePayload = `step`.
+inline absl::Status RefusedUpdateError(absl::string_view message,
+                                       int64_t step) {
+  absl::Status s = absl::InvalidArgumentError(message);
+  s.SetPayload(kRefusedUpdatePayload, absl::Cord(absl::StrCat(step)));
+  return s;
+}
 
 // `status` with "prefix: " before its message; code and payloads kept.
 inline absl::Status Prefixed(absl::string_view prefix,

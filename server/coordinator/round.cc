@@ -5,17 +5,15 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
 
-constexpr char kBadCheckpoint[] = "fulcrum/bad-checkpoint";
-
 // `s` with the shard's address in front of its message.
 absl::Status AtShard(const std::string& address, const absl::Status& s) {
-  return absl::Status(s.code(),
-                      absl::StrCat("shard ", address, ": ", s.message()));
+  return Prefixed(absl::StrCat("shard ", address), s);
 }
 
 v1::ReconfigureRequest Phase1(const RoundPlan& plan) {
@@ -84,7 +82,8 @@ absl::StatusOr<int64_t> Adopt(const RoundPlan& plan, int64_t restore_step,
       if (plan.restore && restore_step > 0 &&
           (s.code() == absl::StatusCode::kDataLoss ||
            s.code() == absl::StatusCode::kNotFound)) {
-        s.SetPayload(kBadCheckpoint, absl::Cord(absl::StrCat(restore_step)));
+        s.SetPayload(kBadCheckpointPayload,
+                     absl::Cord(absl::StrCat(restore_step)));
       }
       return s;
     }
@@ -129,7 +128,7 @@ absl::StatusOr<RoundResult> RunRound(const RoundPlan& plan,
 }
 
 int64_t BadCheckpoint(const absl::Status& status) {
-  const auto payload = status.GetPayload(kBadCheckpoint);
+  const auto payload = status.GetPayload(kBadCheckpointPayload);
   int64_t step = -1;
   if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &step))
     return -1;

@@ -112,12 +112,12 @@ class ArrivalAggregator : public Aggregator {
     r.largest = p.tracker.Largest(member);
     r.held = false;
     p.tracker.ClearMember(member);
-    absl::Status refused = absl::InvalidArgumentError(absl::StrCat(
-        "push.data of step ", c.step, ": applying this worker's gradient "
-        "would make partition ", c.partition, " non-finite (largest element at least ",
-        r.largest, "); not applied"));
-    refused.SetPayload(kRefusedUpdatePayload, absl::Cord(absl::StrCat(c.step)));
-    return refused;
+    return RefusedUpdateError(
+        absl::StrCat("push.data of step ", c.step,
+                     ": applying this worker's gradient would make partition ",
+                     c.partition, " non-finite (largest element at least ",
+                     r.largest, "); not applied"),
+        c.step);
   }
 
   const Context ctx_;

@@ -318,14 +318,13 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
     const PartitionState::Rejected& r = p->rejected;
     if (r.held && r.step < version &&
         std::find(members.begin(), members.end(), r.member) != members.end()) {
-      absl::Status refused = absl::InvalidArgumentError(absl::StrCat(
-          "push.data of step ", r.step, ": the update of partition ",
-          partition, " would have made values non-finite and was not "
-          "applied; this worker's push held the largest element (at least ",
-          r.largest, ")"));
-      refused.SetPayload(kRefusedUpdatePayload,
-                         absl::Cord(absl::StrCat(r.step)));
-      return refused;
+      return RefusedUpdateError(
+          absl::StrCat(
+              "push.data of step ", r.step, ": the update of partition ",
+              partition, " would have made values non-finite and was not "
+              "applied; this worker's push held the largest element (at least ",
+              r.largest, ")"),
+          r.step);
     }
     if (cancelled && cancelled())
       return absl::CancelledError("stream cancelled");

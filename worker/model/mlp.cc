@@ -24,8 +24,13 @@ Mlp::Mlp(Backend* backend, const ParameterLayout& layout, int max_batch)
       const int row = static_cast<int>(into / n_in);
       if (row > starts.back()) starts.push_back(row);
     }
-    std::reverse(starts.begin(), starts.end());
-    row_blocks_.push_back(std::move(starts));
+    std::vector<RowBlock> blocks;
+    int end = n_out;
+    for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
+      blocks.push_back({*it, end});
+      end = *it;
+    }
+    row_blocks_.push_back(std::move(blocks));
   }
   for (size_t l = 1; l < sizes_.size(); ++l) {
     act_.push_back(
@@ -52,33 +57,22 @@ void Mlp::FirstLayerRows(const float* params, const float* x, int batch,
 void Mlp::Prepare(const float* x, int batch) {
   prepared_x_ = x;
   prepared_batch_ = batch;
-  const std::vector<int>& starts = row_blocks_[0];
-  block_missing_.assign(starts.size(), 0);
-  block_done_.assign(starts.size(), false);
-  int end = sizes_[1];
-  for (size_t b = 0; b < starts.size(); ++b) {
-    block_missing_[b] = int64_t{end - starts[b]} * sizes_[0];
-    end = starts[b];
-  }
+  block_missing_.clear();
+  for (const RowBlock& b : row_blocks_[0])
+    block_missing_.push_back(int64_t{b.end - b.first} * sizes_[0]);
 }
 
 void Mlp::Arrived(const float* params, int64_t offset, int64_t size) {
   if (prepared_x_ == nullptr) return;
-  const std::vector<int>& starts = row_blocks_[0];
-  int end = sizes_[1];
-  for (size_t b = 0; b < starts.size(); ++b) {
-    const int64_t lo = w_offset_[0] + int64_t{starts[b]} * sizes_[0];
-    const int64_t hi = w_offset_[0] + int64_t{end} * sizes_[0];
-    const int64_t overlap =
-        std::min(hi, offset + size) - std::max(lo, offset);
-    if (overlap > 0 && !block_done_[b]) {
-      block_missing_[b] -= overlap;
-      if (block_missing_[b] <= 0) {
-        FirstLayerRows(params, prepared_x_, prepared_batch_, starts[b], end);
-        block_done_[b] = true;
-      }
-    }
-    end = starts[b];
+  for (size_t i = 0; i < row_blocks_[0].size(); ++i) {
+    const RowBlock& b = row_blocks_[0][i];
+    const int64_t lo = w_offset_[0] + int64_t{b.first} * sizes_[0];
+    const int64_t hi = w_offset_[0] + int64_t{b.end} * sizes_[0];
+    const int64_t overlap = std::min(hi, offset + size) - std::max(lo, offset);
+    if (overlap <= 0 || block_missing_[i] <= 0) continue;
+    block_missing_[i] -= overlap;
+    if (block_missing_[i] <= 0)
+      FirstLayerRows(params, prepared_x_, prepared_batch_, b.first, b.end);
   }
 }
 
@@ -86,10 +80,10 @@ void Mlp::Unprepare() { prepared_x_ = nullptr; }
 
 int Mlp::prepared_rows() const {
   if (prepared_x_ == nullptr) return 0;
-  int rows = 0, end = sizes_[1];
-  for (size_t b = 0; b < row_blocks_[0].size(); ++b) {
-    if (block_done_[b]) rows += end - row_blocks_[0][b];
-    end = row_blocks_[0][b];
+  int rows = 0;
+  for (size_t i = 0; i < row_blocks_[0].size(); ++i) {
+    const RowBlock& b = row_blocks_[0][i];
+    if (block_missing_[i] <= 0) rows += b.end - b.first;
   }
   return rows;
 }
@@ -105,11 +99,10 @@ const float* Mlp::Forward(const float* params, const float* x, int batch,
     const int n_in = sizes_[l], n_out = sizes_[l + 1];
     // act = in [batch x n_in] * W^T [n_in x n_out] + b
     if (l == 0 && ahead) {
-      int end = n_out;
-      for (size_t b = 0; b < row_blocks_[0].size(); ++b) {
-        const int first = row_blocks_[0][b];
-        if (!block_done_[b]) FirstLayerRows(params, x, batch, first, end);
-        end = first;
+      for (size_t i = 0; i < row_blocks_[0].size(); ++i) {
+        const RowBlock& b = row_blocks_[0][i];
+        if (block_missing_[i] > 0)
+          FirstLayerRows(params, x, batch, b.first, b.end);
       }
     } else {
       backend_->Gemm(false, true, batch, n_out, n_in, 1.0f, in,
@@ -139,14 +132,12 @@ double Mlp::ForwardBackward(const float* params, const float* x,
     if (ready) ready(b_offset_[l]);
     // dW [n_out x n_in] = dY^T [n_out x batch] * in [batch x n_in], rows
     // [first, end) at a time: dY's columns of those rows (stride n_out).
-    int end = n_out;
-    for (const int first : row_blocks_[l]) {
-      const int64_t at = w_offset_[l] + int64_t{first} * n_in;
-      backend_->GemmStrided(true, false, end - first, n_in, batch, 1.0f,
-                            dact_[l] + first, n_out, in, n_in, 0.0f,
+    for (const RowBlock& b : row_blocks_[l]) {
+      const int64_t at = w_offset_[l] + int64_t{b.first} * n_in;
+      backend_->GemmStrided(true, false, b.end - b.first, n_in, batch, 1.0f,
+                            dact_[l] + b.first, n_out, in, n_in, 0.0f,
                             grads + at, n_in);
       if (ready) ready(at);
-      end = first;
     }
     if (l > 0) {
       // dIn [batch x n_in] = dY [batch x n_out] * W [n_out x n_in], then ReLU'.

@@ -78,16 +78,19 @@ class Mlp {
   std::vector<int> sizes_;         // [in, hidden..., classes]
   std::vector<int64_t> w_offset_;  // per layer, into the flat vector
   std::vector<int64_t> b_offset_;
-  // Per layer, the first rows of the weight's gradient blocks, descending,
-  // ending with 0 (a partition boundary inside the weight starts a block).
-  std::vector<std::vector<int>> row_blocks_;
+  // Rows [first, end) of a layer's weight: a partition boundary inside
+  // the weight starts a block.
+  struct RowBlock {
+    int first, end;
+  };
+  // Per layer, its blocks from the last rows to the first.
+  std::vector<std::vector<RowBlock>> row_blocks_;
   // The prepared step: its input, batch, and per block of the first layer
-  // (row_blocks_[0]'s order) the weight elements still to arrive (0: all
-  // in) and whether its output is computed.
+  // (row_blocks_[0]'s order) the weight elements still to arrive; a block
+  // at <= 0 has arrived and its output is computed.
   const float* prepared_x_ = nullptr;
   int prepared_batch_ = 0;
   std::vector<int64_t> block_missing_;
-  std::vector<bool> block_done_;
   std::vector<float*> act_;   // outputs of each layer, [max_batch x out]
   std::vector<float*> dact_;  // gradients w.r.t. those outputs
 };
