@@ -206,8 +206,11 @@ int ShmNamesOf(pid_t pid) {
 }
 
 TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
+  // The step is slowed so that the job is still mid-run when the kill
+  // lands (on shared-memory rings its 188 steps take well under a second).
   ProcessCluster c("kill_worker", {.shards = 2,
                                    .workers = 3,
+                                   .worker_flags = {"--inject_step_delay_ms=10"},
                                    .coordinator_flags = {"--lease_ms=2000"}});
   ASSERT_FALSE(c.address().empty()) << c.Logs();
   const std::string job =

@@ -1,5 +1,6 @@
 #include "worker/grpc_channel.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -86,8 +87,16 @@ void GrpcParameterChannel::OfferSharedMemory(Stream* s, Connection& conn,
       !IsOnThisHost(address)) {
     return;
   }
+  // Rings for the stream's messages ahead of the gradient slots; a sparse
+  // wire's pushes carry their indices in the message, up to a chunk's.
+  int64_t ring_bytes = StreamRings::kDefaultBytes;
+  if (encoder_->sparse()) {
+    ring_bytes = std::max(ring_bytes, ShmRing::Bytes(2 * options_.chunk_bytes +
+                                                     (64 << 10)));
+  }
+  if (ring_bytes > StreamRings::kMaxBytes) ring_bytes = 0;  // messages on gRPC
   absl::StatusOr<std::unique_ptr<ShmSegment>> segment =
-      ShmSegment::Create(s->region_bytes, s->region_bytes);
+      ShmSegment::Create(2 * ring_bytes + s->region_bytes, s->region_bytes);
   if (!segment.ok()) {
     if (!s->shm_warned) {
       s->shm_warned = true;
@@ -101,6 +110,12 @@ void GrpcParameterChannel::OfferSharedMemory(Stream* s, Connection& conn,
   conn.shm_state = ShmState::kPending;  // nobody else sees conn yet
   hello->mutable_shm()->set_name(conn.shm->name());
   hello->mutable_shm()->set_nonce(conn.shm->nonce());
+  if (ring_bytes == 0) return;
+  absl::StatusOr<StreamRings> rings = StreamRings::In(*conn.shm, ring_bytes);
+  if (!rings.ok()) return;  // (cannot be: the region was sized for them)
+  conn.rings.emplace(std::move(*rings));
+  conn.slot_base = 2 * ring_bytes;
+  hello->mutable_shm()->set_ring_bytes(ring_bytes);
 }
 
 absl::Status GrpcParameterChannel::Initialize(const float* values) {
@@ -209,9 +224,11 @@ void GrpcParameterChannel::ReceiveConnections(Stream* s) {
     }
     if (!sane) {
       conn->context.TryCancel();
+      if (conn->watcher.joinable()) conn->watcher.join();
       conn->rw->Finish().IgnoreError();
       return;
     }
+    if (conn->watcher.joinable()) conn->watcher.join();  // the stream ended
     const grpc::Status status = conn->rw->Finish();
     {
       absl::MutexLock lock(&s->mu);

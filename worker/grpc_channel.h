@@ -89,6 +89,16 @@ class GrpcParameterChannel : public ParameterChannel {
   // Reads one connection until it ends; false when the shard sent nonsense
   // (the channel failed).
   bool Receive(Stream* s, Connection& conn, bool* answered);
+  // The shard's first message said `rings`: checks that this connection
+  // offered them and switches it (false: nonsense, the channel failed).
+  bool StartRings(Stream* s, Connection& conn);
+  // Reads the connection's response ring until the shard closes it or the
+  // gRPC stream ends (its watcher thread); false as Receive.
+  bool ReceiveRings(Stream* s, Connection& conn, bool* answered);
+  // One StreamResponse's params and more[] into the parameter buffer.
+  bool ApplyMessage(Stream* s, Connection& conn,
+                    const v1::StreamResponse& message,
+                    const Payload& inline_data);
   // Opens a stream to the shard and sends hello. The connection's context
   // is registered before the call so that Cancel() can reach it. Null once
   // the channel is closing or cancelled.

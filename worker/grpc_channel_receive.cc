@@ -19,19 +19,92 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
                        "parse: ", response.parse_error.error_message())));
       return false;
     }
-    if (!Apply(s, conn, response.message.params(), response.data)) return false;
+    if (response.message.rings() && !StartRings(s, conn)) return false;
+    if (!ApplyMessage(s, conn, response.message, response.data)) return false;
     *answered = true;
-    for (const v1::Params& more : response.message.more()) {
-      if (!more.has_shm() || !more.data().empty()) {
-        arrivals_.Fail(absl::InternalError(absl::StrCat(
-            "shard ", s->shard, " sent more[] parameters that are not in the "
-            "shared-memory segment")));
-        return false;
-      }
-      if (!Apply(s, conn, more, Payload())) return false;
-    }
+    if (conn.on_rings) return ReceiveRings(s, conn, answered);
   }
   return true;
+}
+
+bool GrpcParameterChannel::ApplyMessage(Stream* s, Connection& conn,
+                                        const v1::StreamResponse& message,
+                                        const Payload& inline_data) {
+  if (!Apply(s, conn, message.params(), inline_data)) return false;
+  for (const v1::Params& more : message.more()) {
+    if (!more.has_shm() || !more.data().empty()) {
+      arrivals_.Fail(absl::InternalError(absl::StrCat(
+          "shard ", s->shard, " sent more[] parameters that are not in the "
+          "shared-memory segment")));
+      return false;
+    }
+    if (!Apply(s, conn, more, Payload())) return false;
+  }
+  return true;
+}
+
+bool GrpcParameterChannel::StartRings(Stream* s, Connection& conn) {
+  bool close_requests = false;
+  {
+    absl::MutexLock lock(&s->mu);
+    if (conn.shm_state != ShmState::kPending || !conn.rings.has_value()) {
+      arrivals_.Fail(absl::InternalError(absl::StrCat(
+          "shard ", s->shard, " said `rings` on a message other than the "
+          "first, or on a stream that offered none")));
+      return false;
+    }
+    // Set before shm_state leaves kPending: the sender's first push sees
+    // both.
+    conn.on_rings = true;
+    close_requests = s->sender_done;  // it half-closed gRPC, not the ring
+  }
+  if (close_requests) conn.rings->requests.Close();
+  return true;
+}
+
+bool GrpcParameterChannel::ReceiveRings(Stream* s, Connection& conn,
+                                        bool* answered) {
+  {
+    absl::MutexLock lock(&s->mu);
+    if (conn.shm_state != ShmState::kMapped) {
+      arrivals_.Fail(absl::InternalError(absl::StrCat(
+          "shard ", s->shard, " said `rings` but did not map the segment")));
+      return false;
+    }
+  }
+  // The gRPC stream now carries only its end; a message there is ignored
+  // (the shard's end follows it).
+  conn.watcher = std::thread([&conn] {
+    ResponseFrame ignored;
+    while (conn.rw->Read(&ignored)) {
+    }
+    conn.grpc_ended.store(true);
+    conn.rings->responses.Wake();
+  });
+  v1::StreamResponse message;
+  for (;;) {
+    // Waits until a message, the shard's close of the ring (its handler
+    // returned) or the gRPC stream's end (Finish says how it ended).
+    absl::StatusOr<bool> read = conn.rings->responses.Read(
+        &message, absl::InfiniteFuture(),
+        [&conn] { return conn.grpc_ended.load(); });
+    if (!read.ok() && read.status().code() == absl::StatusCode::kCancelled)
+      return true;
+    if (!read.ok()) {
+      arrivals_.Fail(absl::InternalError(absl::StrCat(
+          "shard ", s->shard, "'s response ring: ", read.status().message())));
+      return false;
+    }
+    if (!*read) return true;
+    if (message.rings() || !message.params().has_shm()) {
+      arrivals_.Fail(absl::InternalError(absl::StrCat(
+          "shard ", s->shard, " sent a message through the response ring "
+          "whose parameters are not in the segment, or that says `rings`")));
+      return false;
+    }
+    if (!ApplyMessage(s, conn, message, Payload())) return false;
+    *answered = true;
+  }
 }
 
 bool GrpcParameterChannel::Apply(Stream* s, Connection& conn,

@@ -3,6 +3,7 @@
 // connection's shared-memory segment, a batch in one message.
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "worker/grpc_channel.h"
 #include "worker/grpc_channel_state.h"
 
@@ -74,6 +75,7 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
   const WireEncoding encoding = encoder_->encoding();
   std::shared_ptr<Connection> conn;
   const ShmSegment* shm = nullptr;  // conn's, when mapped (conn holds it)
+  ShmRing* ring = nullptr;          // conn's request ring, when on rings
   for (;;) {
     {
       absl::MutexLock lock(&s->mu);
@@ -92,16 +94,34 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
       batch.swap(s->queue);
       conn = s->conn;
       shm = conn->shm_state == ShmState::kMapped ? conn->shm.get() : nullptr;
+      ring = shm != nullptr && conn->on_rings ? &conn->rings->requests
+                                              : nullptr;
       s->sent.insert(s->sent.end(), batch.begin(), batch.end());
     }
     // Over TCP each chunk is a message; with shared memory a batch's pushes
     // go in one (push, then more[]): one wake-up of the shard.
     int held = 0;
+    int64_t held_bytes = 0;  // a sparse wire's indices ride in the message
+    // One message out: onto the gRPC stream, or through the request ring
+    // (a failed write there ends the connection; its receiver reports it).
+    auto write = [&] {
+      if (ring == nullptr) return conn->rw->Write(request);
+      const absl::Status w =
+          ring->Write(request.message, absl::Now() + options_.reconnect_timeout,
+                      [&conn] { return conn->grpc_ended.load(); });
+      if (!w.ok() && w.code() != absl::StatusCode::kCancelled) {
+        arrivals_.Fail(absl::UnavailableError(absl::StrCat(
+            "shard ", s->shard, "'s request ring: ", w.message())));
+        conn->context.TryCancel();
+      }
+      return w.ok();
+    };
     auto flush = [&] {
       if (held == 0) return true;
       held = 0;
+      held_bytes = 0;
       request.out_bytes = 0;
-      const bool written = conn->rw->Write(request);
+      const bool written = write();
       request.message.clear_more();
       return written;
     };
@@ -124,20 +144,23 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
         if (shm == nullptr) {
           request.out = c.data;
           request.out_bytes = c.bytes;
-          return conn->rw->Write(request);
+          return write();
         }
         if (n > 0) {
           // The slot is free: the shard consumed its last contents before
           // answering the previous step, whose parameters this step was
           // computed from.
-          const int64_t at =
-              shm->grad_offset() + s->grad_slot[item.id] + offset * 4;
+          const int64_t at = shm->grad_offset() + conn->slot_base +
+                             s->grad_slot[item.id] + offset * 4;
           std::memcpy(shm->at(at), c.data, c.bytes);
           v1::ShmRef* ref = push->mutable_shm();
           ref->set_offset(at);
           ref->set_bytes(static_cast<int64_t>(c.bytes));
         }
-        return ++held < kMaxBatchedPushes || flush();
+        held_bytes += static_cast<int64_t>(push->indices().size()) + 128;
+        return (++held < kMaxBatchedPushes &&
+                (ring == nullptr || held_bytes < ring->capacity() / 4)) ||
+               flush();
       });
       if (!ok) break;
     }
@@ -149,11 +172,16 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
     }
     batch.clear();
   }
+  bool close_ring = false;
   {
     absl::MutexLock lock(&s->mu);
     conn = s->conn;  // the newest connection, if one is open
     s->sender_done = true;  // a newer one is half-closed by Connect
+    // (one that switches to rings later: by StartRings)
+    close_ring = conn != nullptr && conn->on_rings;
   }
+  // On rings the shard reads the request ring, not gRPC: close both.
+  if (close_ring) conn->rings->requests.Close();
   if (conn != nullptr) conn->rw->WritesDone();
 }
 

@@ -7,11 +7,14 @@
 #ifndef FULCRUM_WORKER_GRPC_CHANNEL_STATE_H_
 #define FULCRUM_WORKER_GRPC_CHANNEL_STATE_H_
 
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/dataplane/shm_ring.h"
 #include "common/dataplane/shm_segment.h"
 #include "worker/grpc_channel.h"
 
@@ -21,7 +24,8 @@ namespace fulcrum {
 enum class ShmState {
   kNone,     // none offered (TCP)
   kPending,  // offered; the shard's first Params will say
-  kMapped,   // the shard mapped it: pushes go through it
+  kMapped,   // the shard mapped it: pushes go through it (and messages
+             // through its rings when on_rings)
   kRefused,  // the shard said no (or the connection ended first): TCP
 };
 
@@ -34,6 +38,19 @@ struct GrpcParameterChannel::Connection {
   // an older connection may still read it.
   std::unique_ptr<ShmSegment> shm;
   ShmState shm_state = ShmState::kNone;  // guarded by the stream's mu
+  // The segment's message rings (offered with it; empty when shm is), and
+  // where the gradient slots start in its gradient region (after them).
+  std::optional<StreamRings> rings;
+  int64_t slot_base = 0;
+  // The shard took the rings (its first message said so; set before
+  // shm_state leaves kPending): every later message goes through them.
+  // Guarded by the stream's mu.
+  bool on_rings = false;
+  // On rings: a thread reads the gRPC stream, which now carries only its
+  // end, and wakes the ring's reader when it ends (the shard's status, a
+  // dead shard, Cancel). The receiver joins it before Finish.
+  std::thread watcher;
+  std::atomic<bool> grpc_ended{false};
 };
 
 struct GrpcParameterChannel::Stream {

@@ -89,7 +89,7 @@ namespace {
 
 // ---- Writing ---------------------------------------------------------------
 
-constexpr uint8_t kLengthDelimited = 2;
+constexpr uint8_t kVarint = 0, kLengthDelimited = 2;
 constexpr uint8_t Tag(int field, uint8_t wire_type) {
   return static_cast<uint8_t>((field << 3) | wire_type);
 }
@@ -98,7 +98,8 @@ constexpr int kRequestHello = 1, kRequestPush = 2, kRequestMore = 3,
               kPushData = 6,
               kPushRange = 8, kPushIndices = 9, kPushShm = 10,
               kPushShares = 11,
-              kResponseParams = 1, kResponseMore = 2, kParamsData = 5,
+              kResponseParams = 1, kResponseMore = 2, kResponseRings = 3,
+              kParamsData = 5,
               kParamsShm = 8;
 
 void PutVarint(uint64_t v, std::string* out) {
@@ -206,6 +207,10 @@ grpc::Status SerializeFrame(const ResponseFrame& frame,
           AppendMore(kResponseMore, frame.message.more(), &prefix);
       !s.ok()) {
     return s;
+  }
+  if (frame.message.rings()) {
+    prefix.push_back(static_cast<char>(Tag(kResponseRings, kVarint)));
+    prefix.push_back(1);
   }
   prefix += Prefix(Tag(kResponseParams, kLengthDelimited),
                    frame.message.params().SerializeAsString(),
@@ -476,6 +481,12 @@ grpc::Status ParseFrame(grpc::ByteBuffer* in, ResponseFrame* frame) {
     }
     if (field == kResponseMore && wt == kLengthDelimited)
       return Submessage(r, r.size(), frame->message.add_more());
+    if (field == kResponseRings && wt == kVarint) {
+      uint64_t v;
+      if (!r.Varint(&v)) return false;
+      frame->message.set_rings(v != 0);
+      return true;
+    }
     return r.Skip(wt);
   });
   return Settle(frame, ok, "fulcrum.v1.StreamResponse",

@@ -207,6 +207,23 @@ TEST(GrpcFramesTest, BatchedPushesAndParamsRoundTrip) {
   EXPECT_EQ(got.message.params().shm().bytes(), 8);
   ASSERT_EQ(got.message.more_size(), 2);
   EXPECT_EQ(got.message.more(1).partition(), 3);
+  EXPECT_FALSE(got.message.rings());
+
+  // `rings` (the shard's first message on a stream that takes them), as
+  // protobuf writes it and back; a reused frame forgets it.
+  params.message.set_rings(true);
+  ASSERT_TRUE(SerializeFrame(params, &bb).ok());
+  v1::StreamResponse response_proto;
+  ASSERT_TRUE(response_proto.ParseFromString(Bytes(bb)));
+  EXPECT_TRUE(response_proto.rings());
+  EXPECT_EQ(response_proto.more_size(), 2);
+  ASSERT_TRUE(ParseFrame(&bb, &got).ok());
+  EXPECT_TRUE(got.message.rings());
+  EXPECT_EQ(got.message.params().partition(), 1);
+  params.message.clear_rings();
+  ASSERT_TRUE(SerializeFrame(params, &bb).ok());
+  ASSERT_TRUE(ParseFrame(&bb, &got).ok());
+  EXPECT_FALSE(got.message.rings());
 
   // Reused frames start empty.
   out.message.clear_more();

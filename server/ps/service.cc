@@ -3,10 +3,13 @@
 #include <iostream>
 #include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/dataplane/shm_ring.h"
 #include "common/dataplane/shm_segment.h"
 #include "common/status/grpc_status.h"
+#include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 #include "server/ps/stream_frames.h"
 #include "server/ps/worker_stream.h"
@@ -228,11 +231,46 @@ absl::Status ParameterServerService::ServeStream(
   std::vector<int64_t> slots;
   const std::unique_ptr<ShmSegment> segment =
       hello.has_shm() ? MapSegment(hello, &slots) : nullptr;
+  std::optional<StreamRings> rings;
+  if (segment != nullptr && hello.shm().ring_bytes() != 0) {
+    absl::StatusOr<StreamRings> in =
+        StreamRings::In(*segment, hello.shm().ring_bytes());
+    if (!in.ok()) return in.status();
+    rings.emplace(std::move(*in));
+  }
   FrameParamsWriter writer(stream, segment.get(), &slots);
+  if (rings) {
+    writer.UseRing(&rings->responses, options_.step_timeout,
+                   [context] { return context->IsCancelled(); });
+  }
+  // However the stream ends, a worker reading the response ring hears it
+  // at once (its gRPC watcher would too, a little later).
+  const absl::Cleanup close_responses = [&rings] {
+    if (rings) rings->responses.Close();
+  };
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerStream> worker,
                    WorkerStream::Open(*shard_, admitted, std::move(options),
                                       &writer));
-  return ServePushes(context, stream, deadline, segment.get(), *worker);
+  if (!rings) {
+    return ServePushes(context, deadline, segment.get(), *worker,
+                       [stream](RequestFrame* r) -> absl::StatusOr<bool> {
+                         return stream->Read(r);
+                       });
+  }
+  // The worker's pushes come through the request ring; a dead worker is
+  // seen through the call's cancellation (its transport closed, or the
+  // idle watchdog), polled at least every ShmRing::kPoll.
+  return ServePushes(
+      context, deadline, segment.get(), *worker,
+      [&rings, context](RequestFrame* r) -> absl::StatusOr<bool> {
+        r->data = Payload();
+        absl::StatusOr<bool> read = rings->requests.Read(
+            &r->message, absl::InfiniteFuture(),
+            [context] { return context->IsCancelled(); });
+        if (read.ok() || read.status().code() == absl::StatusCode::kCancelled)
+          return read.value_or(false);
+        return Prefixed("the request ring", read.status());
+      });
 }
 
 absl::StatusOr<StreamHello> ParameterServerService::AdmitHello(
@@ -248,15 +286,15 @@ absl::StatusOr<StreamHello> ParameterServerService::AdmitHello(
 }
 
 absl::Status ParameterServerService::ServePushes(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
-    Watchdog::Deadline* deadline, const ShmSegment* segment,
-    WorkerStream& worker) {
+    grpc::ServerContext* context, Watchdog::Deadline* deadline,
+    const ShmSegment* segment, WorkerStream& worker,
+    absl::FunctionRef<absl::StatusOr<bool>(RequestFrame*)> next) {
   RequestFrame request;
   PushChunk chunk;  // reused: FromPush sets every field a push carries
   for (;;) {
     Idle(deadline, options_.idle_timeout);
-    if (!stream->Read(&request)) break;
+    ASSIGN_OR_RETURN(const bool read, next(&request));
+    if (!read) break;
     Busy(deadline);  // a read may wait for the other workers (step_timeout)
     RETURN_IF_ERROR(FromGrpcStatus(request.parse_error));
     if (!request.message.has_push()) {

@@ -13,6 +13,8 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/dataplane/grpc_frames.h"
 #include "common/dataplane/shm_segment.h"
@@ -106,12 +108,13 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // the WorkerStream's hello; PERMISSION_DENIED naming the worker.
   absl::StatusOr<StreamHello> AdmitHello(const v1::Hello& hello) const;
   // The read loop: every push message (with its more[]) into `worker`,
-  // payloads from the message or `segment` (may be null).
+  // payloads from the message or `segment` (may be null). `next` reads the
+  // next message - from the gRPC stream, or from the segment's request
+  // ring (StreamRings) - false at the worker's half-close.
   absl::Status ServePushes(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
-      Watchdog::Deadline* deadline, const ShmSegment* segment,
-      WorkerStream& worker);
+      grpc::ServerContext* context, Watchdog::Deadline* deadline,
+      const ShmSegment* segment, WorkerStream& worker,
+      absl::FunctionRef<absl::StatusOr<bool>(RequestFrame*)> next);
   absl::Status ServeInitialize(grpc::ServerContext* context,
                                grpc::ServerReader<v1::InitializeRequest>* reader,
                                Watchdog::Deadline* deadline);

@@ -15,6 +15,7 @@
 
 #include "common/config/job_spec.h"
 #include "common/dataplane/payload.h"
+#include "common/dataplane/shm_ring.h"
 #include "common/dataplane/shm_segment.h"
 #include "common/net/grpc_options.h"
 #include "common/net/member_credential.h"
@@ -401,6 +402,105 @@ TEST_F(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
   EXPECT_FALSE(p.has_shm());
   EXPECT_EQ(p.data().size(), 144u);
   EXPECT_EQ(counted("refused"), refused + 1);
+}
+
+// Message rings (ShmOffer.ring_bytes): the shard's first message says
+// `rings`, then a push goes in through the request ring and its answer
+// comes out of the response ring (w-2 pushes over plain gRPC meanwhile);
+// the worker's close of the request ring ends the stream with OK and the
+// shard closes the response ring. Ring sizes that cannot be are
+// INVALID_ARGUMENT naming hello.shm.ring_bytes.
+TEST_F(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
+  const std::vector<float> before = Pull();
+  ASSERT_EQ(before.size(), 36u);
+  constexpr int64_t kRing = StreamRings::kMinBytes;
+  auto segment = ShmSegment::Create(2 * kRing + 144, 144);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  absl::StatusOr<StreamRings> rings = StreamRings::In(**segment, kRing);
+  ASSERT_TRUE(rings.ok()) << rings.status();
+
+  grpc::ClientContext context;
+  SetTimeout(&context, std::chrono::seconds(20));
+  auto rw = stub_->Stream(&context);
+  v1::StreamRequest r;
+  r.mutable_hello()->set_job_id("job-1");
+  r.mutable_hello()->set_worker_id("w-1");
+  r.mutable_hello()->set_generation(1);
+  r.mutable_hello()->mutable_shm()->set_name((*segment)->name());
+  r.mutable_hello()->mutable_shm()->set_nonce((*segment)->nonce());
+  r.mutable_hello()->mutable_shm()->set_ring_bytes(kRing);
+  ASSERT_TRUE(rw->Write(r));
+  v1::StreamResponse first;
+  ASSERT_TRUE(rw->Read(&first));
+  EXPECT_TRUE(first.rings());
+  ASSERT_TRUE(first.params().has_shm());
+
+  // The gradient in its slot (after the rings), the push in the ring.
+  const int64_t slot = (*segment)->grad_offset() + 2 * kRing;
+  const std::vector<float> g(36, 0.5f);
+  std::memcpy((*segment)->at(slot), g.data(), 144);
+  r.Clear();
+  v1::Push* push = r.mutable_push();
+  push->set_partition(0);
+  push->set_samples(4);
+  push->mutable_shm()->set_offset(slot);
+  push->mutable_shm()->set_bytes(144);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  const auto never = [] { return false; };
+  ASSERT_TRUE(rings->requests.Write(r, deadline, never).ok());
+  // w-2's share of step 0, over gRPC: the step completes.
+  const v1::Push w2 = GoodPush();
+  ASSERT_TRUE(Send("job-1", "w-2", 1, &w2).ok());
+
+  v1::StreamResponse answer;
+  absl::StatusOr<bool> read = rings->responses.Read(&answer, deadline, never);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_TRUE(*read);
+  EXPECT_EQ(answer.params().version(), 1);
+  ASSERT_TRUE(answer.params().has_shm());
+  ASSERT_EQ(answer.params().shm().bytes(), 144);
+  std::vector<float> got(36);
+  std::memcpy(got.data(), (*segment)->at(answer.params().shm().offset()), 144);
+  const std::vector<float> after = Pull();
+  EXPECT_EQ(got, after);
+  EXPECT_NE(after, before);
+
+  // The worker's close: the shard ends the stream with OK and closes the
+  // response ring.
+  rings->requests.Close();
+  read = rings->responses.Read(&answer, deadline, never);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_FALSE(*read);
+  rw->WritesDone();
+  v1::StreamResponse ignored;
+  EXPECT_FALSE(rw->Read(&ignored));  // nothing more on gRPC
+  EXPECT_TRUE(rw->Finish().ok());
+
+  for (const int64_t bad : {kRing + 32, int64_t{64}, 2 * kRing + 4096,
+                            StreamRings::kMaxBytes + 64}) {
+    auto seg = ShmSegment::Create(2 * kRing + 144, 144);
+    ASSERT_TRUE(seg.ok());
+    grpc::ClientContext c;
+    SetTimeout(&c, std::chrono::seconds(10));
+    auto stream = stub_->Stream(&c);
+    r.Clear();
+    r.mutable_hello()->set_job_id("job-1");
+    r.mutable_hello()->set_worker_id("w-1");
+    r.mutable_hello()->set_generation(1);
+    r.mutable_hello()->mutable_shm()->set_name((*seg)->name());
+    r.mutable_hello()->mutable_shm()->set_nonce((*seg)->nonce());
+    r.mutable_hello()->mutable_shm()->set_ring_bytes(bad);
+    stream->Write(r);
+    stream->WritesDone();
+    while (stream->Read(&ignored)) {
+    }
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_NE(status.error_message().find("hello.shm.ring_bytes"),
+              std::string::npos)
+        << status.error_message();
+  }
+  EXPECT_EQ(Pull(), after);
 }
 
 // Compressed gradients are decoded exactly: the update is that of the

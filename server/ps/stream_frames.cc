@@ -18,6 +18,27 @@ float* FrameParamsWriter::Reserve(int32_t partition, int64_t offset,
   return reinterpret_cast<float*>(frame_.Reserve(count * sizeof(float)));
 }
 
+void FrameParamsWriter::UseRing(ShmRing* ring, absl::Duration wait,
+                                std::function<bool()> cancelled) {
+  ring_ = ring;
+  ring_wait_ = wait;
+  cancelled_ = std::move(cancelled);
+}
+
+bool FrameParamsWriter::Deliver() {
+  if (!on_ring_) {
+    frame_.message.set_rings(ring_ != nullptr);
+    on_ring_ = ring_ != nullptr;
+    const bool sent = stream_->Write(frame_);
+    frame_.message.clear_rings();
+    return sent;
+  }
+  // Every partition has a slot in the segment: nothing goes out of line.
+  if (frame_.out_bytes != 0) return false;
+  return ring_->Write(frame_.message, absl::Now() + ring_wait_, cancelled_)
+      .ok();
+}
+
 bool FrameParamsWriter::Send(const ParamsHeader& h) {
   v1::Params* p = frame_.message.mutable_params();
   p->set_partition(h.partition);
@@ -37,14 +58,14 @@ bool FrameParamsWriter::Send(const ParamsHeader& h) {
       const v1::Params current = *p;
       *p = first_;
       held_ = 0;
-      const bool sent = stream_->Write(frame_);
+      const bool sent = Deliver();
       frame_.message.clear_more();
       *p = current;
       if (!sent) return false;
     }
     p->clear_shm();
     frame_.out_bytes = bytes;
-    return stream_->Write(frame_);
+    return Deliver();
   }
   p->mutable_shm()->set_offset(shm_at_);
   p->mutable_shm()->set_bytes(bytes);
@@ -58,7 +79,7 @@ bool FrameParamsWriter::Send(const ParamsHeader& h) {
   }
   if (held_ > 0) *p = first_;  // the first held leads, the rest follow
   held_ = 0;
-  const bool sent = stream_->Write(frame_);
+  const bool sent = Deliver();
   frame_.message.clear_more();
   return sent;
 }

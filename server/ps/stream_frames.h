@@ -12,10 +12,12 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/dataplane/grpc_frames.h"
+#include "common/dataplane/shm_ring.h"
 #include "common/dataplane/shm_segment.h"
 #include "server/ps/worker_stream.h"
 
@@ -26,7 +28,8 @@ namespace fulcrum {
 // from it - or, on a stream with a mapped segment, into the partition's
 // slot of its parameter region, and the frame says where (params.shm);
 // there Sends marked `more` are held and go out in one message with the
-// next (StreamResponse.more).
+// next (StreamResponse.more) - through the stream's response ring once the
+// worker's rings are in use (UseRing).
 class FrameParamsWriter : public ParamsWriter {
  public:
   // `segment` (may be null: TCP) and `slots` (bytes from the parameter
@@ -35,10 +38,19 @@ class FrameParamsWriter : public ParamsWriter {
       grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
       const ShmSegment* segment, const std::vector<int64_t>* slots)
       : stream_(stream), segment_(segment), slots_(slots) {}
+  // The stream's response ring (not owned; it must outlive the writer):
+  // the first message still goes over gRPC, with `rings` set; every later
+  // one through the ring, each waiting at most `wait` for room, or until
+  // `cancelled()`.
+  void UseRing(ShmRing* ring, absl::Duration wait,
+               std::function<bool()> cancelled);
   float* Reserve(int32_t partition, int64_t offset, int64_t count) override;
   bool Send(const ParamsHeader& h) override;
 
  private:
+  // frame_ out: over gRPC, or through the ring once switched to it.
+  bool Deliver();
+
   grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* const stream_;
   const ShmSegment* const segment_;
   const std::vector<int64_t>* const slots_;
@@ -50,6 +62,10 @@ class FrameParamsWriter : public ParamsWriter {
   int held_ = 0;
   v1::Params first_;
   ResponseFrame frame_;
+  ShmRing* ring_ = nullptr;
+  bool on_ring_ = false;  // the message that says so went out
+  absl::Duration ring_wait_;
+  std::function<bool()> cancelled_;
 };
 
 // The wire's push (its data, if any, in `inline_data`) as the core's chunk;
