@@ -101,7 +101,9 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
     // Over TCP each chunk is a message; with shared memory a batch's pushes
     // go in one (push, then more[]): one wake-up of the shard.
     int held = 0;
-    int64_t held_bytes = 0;  // a sparse wire's indices ride in the message
+    // A message's size so far (a sparse wire's indices and a group's
+    // shares ride in it): a ring's message stays under a quarter of it.
+    int64_t held_bytes = 0;
     // One message out: onto the gRPC stream, or through the request ring
     // (a failed write there ends the connection; its receiver reports it).
     auto write = [&] {
@@ -157,7 +159,7 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
           ref->set_offset(at);
           ref->set_bytes(static_cast<int64_t>(c.bytes));
         }
-        held_bytes += static_cast<int64_t>(push->indices().size()) + 128;
+        held_bytes += static_cast<int64_t>(push->ByteSizeLong()) + 8;
         return (++held < kMaxBatchedPushes &&
                 (ring == nullptr || held_bytes < ring->capacity() / 4)) ||
                flush();
