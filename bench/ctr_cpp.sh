@@ -11,18 +11,8 @@ cd "$(dirname "$0")/.."
 data="" epochs=1 dim=8 mode=async batch=256
 model='{type: embedding_mlp, table: deep, bottom: [], top: [64, 32]}'
 rows_optimizer='{type: adam, lr: 0.01}'
-while [ $# -gt 0 ]; do
-  case $1 in
-    --data) data=$2; shift 2 ;;
-    --epochs) epochs=$2; shift 2 ;;
-    --dim) dim=$2; shift 2 ;;
-    --model) model=$2; shift 2 ;;
-    --rows_optimizer) rows_optimizer=$2; shift 2 ;;
-    --mode) mode=$2; shift 2 ;;
-    --batch) batch=$2; shift 2 ;;
-    *) echo "unknown flag $1" >&2; exit 2 ;;
-  esac
-done
+source tools/lib/flags.sh
+flags_parse data epochs dim model rows_optimizer mode batch -- "$@"
 [ -s "$data/train.tsv" ] || { echo "--data DIR must hold train.tsv and test.tsv" >&2; exit 2; }
 data=$(cd "$data" && pwd)
 source tools/lib/cluster.sh

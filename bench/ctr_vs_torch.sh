@@ -11,16 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 train=1000000 test=100000 vocab=2000000 epochs=1 threads=1
-while [ $# -gt 0 ]; do
-  case $1 in
-    --train) train=$2; shift 2 ;;
-    --test) test=$2; shift 2 ;;
-    --vocab) vocab=$2; shift 2 ;;
-    --epochs) epochs=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    *) echo "unknown flag $1" >&2; exit 2 ;;
-  esac
-done
+source tools/lib/flags.sh
+flags_parse train test vocab epochs threads -- "$@"
 source tools/lib/cluster.sh
 cluster_build
 cluster_build_torch

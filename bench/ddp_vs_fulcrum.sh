@@ -17,17 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers=2 shards=2 runs=3 steps=2000 warm=200 worker_flags="" peer=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --workers) workers=$2; shift 2 ;;
-    --shards) shards=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --worker_flags) worker_flags=$2; shift 2 ;;
-    --peer) peer=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+source tools/lib/flags.sh
+flags_parse workers shards runs steps worker_flags peer -- "$@"
 
 if [ -z "$peer" ]; then
   if [ "$workers" = 1 ]; then peer=plain; else peer=ddp; fi

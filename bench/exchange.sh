@@ -31,21 +31,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes="1 4 16 100" workers="1 2 4" shards="1 2" steps=20 warmup=3
-wires="fp32" params=fp32 baseline="" transports="shm"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --sizes) sizes=$2; shift 2 ;;
-    --workers) workers=$2; shift 2 ;;
-    --shards) shards=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --wire) wires=$2; shift 2 ;;
-    --params) params=$2; shift 2 ;;
-    --baseline) baseline=$(cd "$2" && pwd); shift 2 ;;
-    --transports) transports=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+wire="fp32" params=fp32 baseline="" transports="shm"
+source tools/lib/flags.sh
+flags_parse sizes workers shards steps warmup wire params baseline transports -- "$@"
+wires=$wire
+[ -n "$baseline" ] && baseline=$(cd "$baseline" && pwd)
 
 source tools/lib/cluster.sh
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then

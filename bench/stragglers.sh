@@ -11,17 +11,8 @@ cd "$(dirname "$0")/.."
 source tools/lib/cluster.sh
 runs=1 slowdown=3 target=0.85 workers=4 shards=2 modes="sync ssp async"
 momentum=0.9 lr=0.05
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --runs) runs=$2; shift 2 ;;
-    --slowdown) slowdown=$2; shift 2 ;;
-    --target) target=$2; shift 2 ;;
-    --modes) modes=$2; shift 2 ;;
-    --momentum) momentum=$2; shift 2 ;;
-    --lr) lr=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+source tools/lib/flags.sh
+flags_parse runs slowdown target modes momentum lr -- "$@"
 cluster_build
 run=.fulcrum/stragglers
 cluster_start "$run" "$shards"

@@ -11,15 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers=2 shards=2 runs=3 steps=1500 warm=200
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --workers) workers=$2; shift 2 ;;
-    --shards) shards=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+source tools/lib/flags.sh
+flags_parse workers shards runs steps -- "$@"
 source tools/lib/cluster.sh
 cluster_build
 run=.fulcrum/bench-tls

@@ -10,13 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=4 wire=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --seconds) seconds=$2; shift 2 ;;
-    --wire) wire=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+source tools/lib/flags.sh
+flags_parse seconds wire -- "$@"
 source tools/lib/cluster.sh
 cluster_build
 run=.fulcrum/wakeups

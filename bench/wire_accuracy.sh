@@ -16,16 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=3 target=0.88 workers=2 shards=2
 wires="fp32/fp32 bf16/fp32 fp16/fp32 bf16/bf16"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --runs) runs=$2; shift 2 ;;
-    --target) target=$2; shift 2 ;;
-    --workers) workers=$2; shift 2 ;;
-    --shards) shards=$2; shift 2 ;;
-    --wires) wires=$2; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+source tools/lib/flags.sh
+flags_parse runs target workers shards wires -- "$@"
 source tools/lib/cluster.sh
 cluster_build
 run=.fulcrum/wire

@@ -251,8 +251,10 @@ TEST_F(FaultTest, KilledWorkerIsDroppedWithinTheLeaseAndTheJobFinishes) {
 // see it die, the lease drops it, the next generation's group forms around
 // a new leader, and every sample is still trained once per epoch.
 TEST_F(FaultTest, AKilledGroupLeaderIsReplacedAndEverySampleTrainsOnce) {
+  // Slowed as the killed-worker test above: the kill must land mid-run.
   ProcessCluster c("kill_leader", {.shards = 2,
                                    .workers = 3,
+                                   .worker_flags = {"--inject_step_delay_ms=10"},
                                    .coordinator_flags = {"--lease_ms=2000"}});
   ASSERT_FALSE(c.address().empty()) << c.Logs();
   const std::string job = Submit(

@@ -172,6 +172,7 @@ absl::StatusOr<int64_t> GrpcParameterChannel::Open() {
     }
     auto s = std::make_unique<Stream>();
     s->shard = shard;
+    s->frame.pins = &pins_;
     s->partitions = ids;
     s->grad_slot.assign(n, -1);
     for (int32_t id : ids) {

@@ -36,6 +36,9 @@
 // re-open gives up, or half-closes the new connection itself) and waits for
 // the shard to end it, at most `connect_timeout`; then it cancels it.
 //
+// On rings a push is written by the thread that pushes, when nothing is
+// queued or being written on its stream (one wake-up less per push).
+//
 // Thread safety: as ParameterChannel; the internal threads are owned here
 // (started in Open, joined in Close or the destructor).
 #ifndef FULCRUM_WORKER_GRPC_CHANNEL_H_
@@ -79,11 +82,17 @@ class GrpcParameterChannel : public ParameterChannel {
   absl::Status Close() override;
 
  private:
-  // Queues a push for its partition's stream (Push and PushShares).
+  // Queues a push for its partition's stream, or writes it at once on rings
+  // (Push and PushShares).
   void Enqueue(const QueuedPush& push);
   struct Stream;
   struct Connection;
   void SendLoop(Stream* s);
+  // Writes `batch` to `conn` through the stream's frame (the caller holds
+  // Stream::writing). false: a write failed (the receiver re-opens the
+  // stream and re-queues `sent`).
+  bool WriteBatch(Stream* s, Connection& conn,
+                  absl::Span<const QueuedPush> batch);
   void ReceiveLoop(Stream* s);  // ReceiveConnections, then receiver_done
   void ReceiveConnections(Stream* s);
   // Reads one connection until it ends; false when the shard sent nonsense

@@ -1,6 +1,9 @@
-// GrpcParameterChannel's sender thread: queued pushes onto the stream, as
-// messages with their payload out of line (TCP) or as references into the
-// connection's shared-memory segment, a batch in one message.
+// GrpcParameterChannel's sending side: pushes onto the stream, as messages
+// with their payload out of line (TCP) or as references into the
+// connection's shared-memory segment, a batch in one message - written by
+// the sender thread from the queue, or, on a connection whose messages go
+// through the segment's rings, by the pushing thread itself when nothing
+// is queued or being written.
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -24,8 +27,26 @@ void GrpcParameterChannel::PushShares(int32_t id, int64_t step,
 
 void GrpcParameterChannel::Enqueue(const QueuedPush& push) {
   Stream* s = streams_[stream_of_partition_[push.id]].get();
+  std::shared_ptr<Connection> conn;
+  {
+    absl::MutexLock lock(&s->mu);
+    // On rings, with nothing queued before it and nobody writing, the
+    // caller writes the push itself (a copy into its slot and a few
+    // hundred bytes into the ring): no wake-up of the sender thread. Else
+    // the sender takes it from the queue.
+    if (!s->queue.empty() || s->writing || s->closing || s->cancelled ||
+        s->conn == nullptr || !s->conn->on_rings ||
+        s->conn->shm_state != ShmState::kMapped) {
+      s->queue.push_back(push);
+      return;
+    }
+    conn = s->conn;
+    s->sent.push_back(push);  // re-sent from the queue if conn breaks
+    s->writing = true;
+  }
+  WriteBatch(s, *conn, absl::MakeConstSpan(&push, 1));
   absl::MutexLock lock(&s->mu);
-  s->queue.push_back(push);
+  s->writing = false;
 }
 
 namespace {
@@ -67,24 +88,103 @@ void FillPush(const QueuedPush& item, int64_t offset, WireEncoding encoding,
 
 }  // namespace
 
+bool GrpcParameterChannel::WriteBatch(Stream* s, Connection& conn,
+                                      absl::Span<const QueuedPush> batch) {
+  RequestFrame& request = s->frame;
+  const WireEncoding encoding = encoder_->encoding();
+  // A segment's state is final once a push may use it (the sender waits
+  // for it; a direct write happens only on rings): read without the lock.
+  const ShmSegment* shm =
+      conn.shm_state == ShmState::kMapped ? conn.shm.get() : nullptr;
+  ShmRing* ring = shm != nullptr && conn.on_rings ? &conn.rings->requests
+                                                  : nullptr;
+  // Over TCP each chunk is a message; with shared memory a batch's pushes
+  // go in one (push, then more[]): one wake-up of the shard.
+  int held = 0;
+  // A message's size so far (a sparse wire's indices and a group's shares
+  // ride in it): a ring's message stays under a quarter of the ring.
+  int64_t held_bytes = 0;
+  // One message out: onto the gRPC stream, or through the request ring (a
+  // failed write there ends the connection; its receiver reports it).
+  auto write = [&] {
+    if (ring == nullptr) return conn.rw->Write(request);
+    const absl::Status w =
+        ring->Write(request.message, absl::Now() + options_.reconnect_timeout,
+                    [&conn] { return conn.grpc_ended.load(); });
+    if (!w.ok() && w.code() != absl::StatusCode::kCancelled) {
+      arrivals_.Fail(absl::UnavailableError(absl::StrCat(
+          "shard ", s->shard, "'s request ring: ", w.message())));
+      conn.context.TryCancel();
+    }
+    return w.ok();
+  };
+  auto flush = [&] {
+    if (held == 0) return true;
+    held = 0;
+    held_bytes = 0;
+    request.out_bytes = 0;
+    const bool written = write();
+    request.message.clear_more();
+    return written;
+  };
+  for (const QueuedPush& item : batch) {
+    const Partition& p = layout_->partitions()[item.id];
+    const bool ok = ForEachChunk(p, item.samples, chunk_elems_,
+                                 [&](int64_t offset, int64_t n) {
+      v1::Push* push = shm != nullptr && held > 0
+                           ? request.message.add_more()
+                           : request.message.mutable_push();
+      FillPush(item, offset, encoding, push);
+      GradientEncoder::Chunk c;
+      if (n > 0) {
+        c = encoder_->Encode(item.id, offset, n, item.grads, item.step,
+                             options_.generation);
+        push->set_indices(c.indices.data(), c.indices.size());
+      }
+      if (shm == nullptr) {
+        request.out = c.data;
+        request.out_bytes = c.bytes;
+        return write();
+      }
+      if (n > 0) {
+        // The slot is free: the shard consumed its last contents before
+        // answering the previous step, whose parameters this step was
+        // computed from.
+        const int64_t at = shm->grad_offset() + conn.slot_base +
+                           s->grad_slot[item.id] + offset * 4;
+        std::memcpy(shm->at(at), c.data, c.bytes);
+        v1::ShmRef* ref = push->mutable_shm();
+        ref->set_offset(at);
+        ref->set_bytes(static_cast<int64_t>(c.bytes));
+      }
+      held_bytes += static_cast<int64_t>(push->ByteSizeLong()) + 8;
+      return (++held < kMaxBatchedPushes &&
+              (ring == nullptr || held_bytes < ring->capacity() / 4)) ||
+             flush();
+    });
+    if (!ok) {
+      request.message.clear_more();
+      return false;
+    }
+  }
+  return flush();
+}
+
 void GrpcParameterChannel::SendLoop(Stream* s) {
   std::vector<QueuedPush> batch;
   batch.reserve(layout_->partitions().size() * 4);
-  RequestFrame request;
-  request.pins = &pins_;
-  const WireEncoding encoding = encoder_->encoding();
   std::shared_ptr<Connection> conn;
-  const ShmSegment* shm = nullptr;  // conn's, when mapped (conn holds it)
-  ShmRing* ring = nullptr;          // conn's request ring, when on rings
   for (;;) {
     {
       absl::MutexLock lock(&s->mu);
       s->mu.Await(absl::Condition(
           +[](Stream* st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(st->mu) {
-            // A segment's fate is known before the first push uses it.
-            return (!st->queue.empty() && st->conn != nullptr &&
-                    st->conn->shm_state != ShmState::kPending) ||
-                   st->closing;
+            // A segment's fate is known before the first push uses it; a
+            // direct write (Enqueue) holds the stream's frame meanwhile.
+            return !st->writing &&
+                   ((!st->queue.empty() && st->conn != nullptr &&
+                     st->conn->shm_state != ShmState::kPending) ||
+                    st->closing);
           },
           s));
       if (s->queue.empty() || s->conn == nullptr ||
@@ -93,90 +193,20 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
       }
       batch.swap(s->queue);
       conn = s->conn;
-      shm = conn->shm_state == ShmState::kMapped ? conn->shm.get() : nullptr;
-      ring = shm != nullptr && conn->on_rings ? &conn->rings->requests
-                                              : nullptr;
       s->sent.insert(s->sent.end(), batch.begin(), batch.end());
+      s->writing = true;
     }
-    // Over TCP each chunk is a message; with shared memory a batch's pushes
-    // go in one (push, then more[]): one wake-up of the shard.
-    int held = 0;
-    // A message's size so far (a sparse wire's indices and a group's
-    // shares ride in it): a ring's message stays under a quarter of it.
-    int64_t held_bytes = 0;
-    // One message out: onto the gRPC stream, or through the request ring
-    // (a failed write there ends the connection; its receiver reports it).
-    auto write = [&] {
-      if (ring == nullptr) return conn->rw->Write(request);
-      const absl::Status w =
-          ring->Write(request.message, absl::Now() + options_.reconnect_timeout,
-                      [&conn] { return conn->grpc_ended.load(); });
-      if (!w.ok() && w.code() != absl::StatusCode::kCancelled) {
-        arrivals_.Fail(absl::UnavailableError(absl::StrCat(
-            "shard ", s->shard, "'s request ring: ", w.message())));
-        conn->context.TryCancel();
-      }
-      return w.ok();
-    };
-    auto flush = [&] {
-      if (held == 0) return true;
-      held = 0;
-      held_bytes = 0;
-      request.out_bytes = 0;
-      const bool written = write();
-      request.message.clear_more();
-      return written;
-    };
-    bool ok = true;
-    for (const QueuedPush& item : batch) {
-      const Partition& p = layout_->partitions()[item.id];
-      // A failed write: the receiver reconnects and re-queues `sent`.
-      ok = ForEachChunk(p, item.samples, chunk_elems_,
-                        [&](int64_t offset, int64_t n) {
-        v1::Push* push = shm != nullptr && held > 0
-                             ? request.message.add_more()
-                             : request.message.mutable_push();
-        FillPush(item, offset, encoding, push);
-        GradientEncoder::Chunk c;
-        if (n > 0) {
-          c = encoder_->Encode(item.id, offset, n, item.grads, item.step,
-                               options_.generation);
-          push->set_indices(c.indices.data(), c.indices.size());
-        }
-        if (shm == nullptr) {
-          request.out = c.data;
-          request.out_bytes = c.bytes;
-          return write();
-        }
-        if (n > 0) {
-          // The slot is free: the shard consumed its last contents before
-          // answering the previous step, whose parameters this step was
-          // computed from.
-          const int64_t at = shm->grad_offset() + conn->slot_base +
-                             s->grad_slot[item.id] + offset * 4;
-          std::memcpy(shm->at(at), c.data, c.bytes);
-          v1::ShmRef* ref = push->mutable_shm();
-          ref->set_offset(at);
-          ref->set_bytes(static_cast<int64_t>(c.bytes));
-        }
-        held_bytes += static_cast<int64_t>(push->ByteSizeLong()) + 8;
-        return (++held < kMaxBatchedPushes &&
-                (ring == nullptr || held_bytes < ring->capacity() / 4)) ||
-               flush();
-      });
-      if (!ok) break;
-    }
-    if (ok) {
-      flush();  // a failed write: as above
-    } else {
-      request.message.clear_more();
-      held = 0;
-    }
+    // A failed write: the receiver reconnects and re-queues `sent`.
+    WriteBatch(s, *conn, batch);
     batch.clear();
+    absl::MutexLock lock(&s->mu);
+    s->writing = false;
   }
   bool close_ring = false;
   {
     absl::MutexLock lock(&s->mu);
+    // Closing: no direct write starts any more, and none is out (the wait
+    // above), so the ring is closed after the last push.
     conn = s->conn;  // the newest connection, if one is open
     s->sender_done = true;  // a newer one is half-closed by Connect
     // (one that switches to rings later: by StartRings)

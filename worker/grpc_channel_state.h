@@ -67,6 +67,10 @@ struct GrpcParameterChannel::Stream {
   std::thread sender, receiver;
   absl::Mutex mu;
   std::vector<QueuedPush> queue ABSL_GUARDED_BY(mu);  // reserved up front
+  // A thread is writing pushes (the sender, or a pusher on rings): it owns
+  // `frame` until it clears this.
+  bool writing ABSL_GUARDED_BY(mu) = false;
+  RequestFrame frame;
   // Pushes of the current step already written: sent again on a new
   // connection. Cleared when the step's parameters arrived.
   std::vector<QueuedPush> sent ABSL_GUARDED_BY(mu);

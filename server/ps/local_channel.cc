@@ -151,15 +151,26 @@ void LocalParameterChannel::Serve(Link* link) {
       if (link->queue.empty()) return;  // closing
       batch.swap(link->queue);
     }
+    PushChunk c;  // reused: the shares set per push, the rest per chunk
     for (const QueuedPush& item : batch) {
       const Partition& p = layout_->partitions()[item.id];
+      c.shares.clear();
+      for (const MemberShare& share : item.shares) {
+        c.shares.push_back(
+            {share.samples,
+             share.samples > 0 ? DataRange{share.range.chunk,
+                                           share.range.begin,
+                                           share.range.end}
+                               : DataRange{}});
+      }
       absl::Status failed;
       ForEachChunk(p, item.samples, chunk_elems, [&](int64_t offset, int64_t n) {
-        PushChunk c;
         c.step = item.step;
         c.partition = item.id;
         c.offset = offset;
         c.samples = item.samples;
+        c.data = Payload();
+        c.indices = {};
         if (n > 0) {
           const GradientEncoder::Chunk e =
               encoder_->Encode(item.id, offset, n, item.grads, item.step,
@@ -168,16 +179,11 @@ void LocalParameterChannel::Serve(Link* link) {
           c.indices = e.indices;
         }
         c.stop = item.stop;
-        if (item.samples > 0 && item.shares.empty())
-          c.range = {item.range.chunk, item.range.begin, item.range.end};
-        for (const MemberShare& share : item.shares) {
-          c.shares.push_back(
-              {share.samples,
-               share.samples > 0 ? DataRange{share.range.chunk,
-                                             share.range.begin,
-                                             share.range.end}
-                                 : DataRange{}});
-        }
+        c.range = item.samples > 0 && item.shares.empty()
+                      ? DataRange{item.range.chunk, item.range.begin,
+                                  item.range.end}
+                      : DataRange{};
+        c.largest = 0.0f;  // ValidatePush's, and generation the stream's
         failed = (*stream)->Push(c);
         return failed.ok();
       });
