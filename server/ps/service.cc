@@ -9,7 +9,6 @@
 #include "common/dataplane/shm_ring.h"
 #include "common/dataplane/shm_segment.h"
 #include "common/status/grpc_status.h"
-#include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 #include "server/ps/stream_frames.h"
 #include "server/ps/worker_stream.h"
@@ -257,20 +256,12 @@ absl::Status ParameterServerService::ServeStream(
                          return stream->Read(r);
                        });
   }
-  // The worker's pushes come through the request ring; a dead worker is
-  // seen through the call's cancellation (its transport closed, or the
-  // idle watchdog), polled at least every ShmRing::kPoll.
-  return ServePushes(
-      context, deadline, segment.get(), *worker,
-      [&rings, context](RequestFrame* r) -> absl::StatusOr<bool> {
-        r->data = Payload();
-        absl::StatusOr<bool> read = rings->requests.Read(
-            &r->message, absl::InfiniteFuture(),
-            [context] { return context->IsCancelled(); });
-        if (read.ok() || read.status().code() == absl::StatusCode::kCancelled)
-          return read.value_or(false);
-        return Prefixed("the request ring", read.status());
-      });
+  return ServePushes(context, deadline, segment.get(), *worker,
+                     [&rings, context](RequestFrame* r) {
+                       return ReadRingRequest(
+                           rings->requests,
+                           [context] { return context->IsCancelled(); }, r);
+                     });
 }
 
 absl::StatusOr<StreamHello> ParameterServerService::AdmitHello(

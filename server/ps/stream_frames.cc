@@ -1,5 +1,6 @@
 #include "server/ps/stream_frames.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 
 namespace fulcrum {
@@ -143,6 +144,18 @@ absl::Status CheckMore(const v1::StreamRequest& message,
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ReadRingRequest(ShmRing& ring,
+                                     absl::FunctionRef<bool()> cancelled,
+                                     RequestFrame* r) {
+  r->data = Payload();  // payloads are in the segment (push.shm)
+  absl::StatusOr<bool> read =
+      ring.Read(&r->message, absl::InfiniteFuture(), cancelled);
+  if (read.ok() || read.status().code() == absl::StatusCode::kCancelled)
+    return read.value_or(false);
+  return absl::Status(read.status().code(),
+                      absl::StrCat("the request ring: ", read.status().message()));
 }
 
 }  // namespace fulcrum

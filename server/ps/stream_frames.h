@@ -15,7 +15,9 @@
 #include <functional>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/dataplane/grpc_frames.h"
 #include "common/dataplane/shm_ring.h"
 #include "common/dataplane/shm_segment.h"
@@ -75,6 +77,15 @@ class FrameParamsWriter : public ParamsWriter {
 // core checks the rest, as for push.data).
 absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
                       const ShmSegment* segment, PushChunk* out);
+
+// The next request of a stream on rings, from its request ring, into *r:
+// true; false at the worker's close of the ring, or once cancelled() (the
+// call's cancellation: a dead worker's transport, the idle watchdog; polled
+// at least every ShmRing::kPoll). A ring holding what no worker of ours
+// wrote is INVALID_ARGUMENT naming the request ring.
+absl::StatusOr<bool> ReadRingRequest(ShmRing& ring,
+                                     absl::FunctionRef<bool()> cancelled,
+                                     RequestFrame* r);
 
 // A message's more[] pushes may be applied: a mapped segment, no data in
 // any (INVALID_ARGUMENT naming more[] otherwise). Checked before any push
