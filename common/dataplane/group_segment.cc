@@ -1,15 +1,12 @@
 #include "common/dataplane/group_segment.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
-#include <ctime>
 
 #include "absl/strings/str_cat.h"
+#include "common/dataplane/futex.h"
 
 namespace fulcrum {
 
@@ -70,19 +67,6 @@ std::string Nonce(const std::string& group_nonce) {
 }
 
 int64_t Align(int64_t n) { return (n + 63) / 64 * 64; }
-
-void FutexWait(const std::atomic<uint32_t>* word, uint32_t seen,
-               absl::Duration max) {
-  timespec ts = absl::ToTimespec(max);
-  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT,
-          seen, &ts, nullptr, 0);
-}
-
-void FutexWake(std::atomic<uint32_t>* word) {
-  word->fetch_add(1, std::memory_order_release);
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX,
-          nullptr, nullptr, 0);
-}
 
 }  // namespace
 

@@ -1,14 +1,10 @@
 #include "common/dataplane/shm_ring.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <climits>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/dataplane/futex.h"
 
 namespace fulcrum {
 namespace {
@@ -22,20 +18,6 @@ int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 // A record's bytes in the ring: its length, the message, padding.
 int64_t RecordBytes(int64_t message_bytes) {
   return RoundUp(kLengthBytes + message_bytes, kRecordAlign);
-}
-
-// Shared (not FUTEX_PRIVATE): the other side is another process.
-void FutexWait(const std::atomic<uint32_t>* word, uint32_t seen,
-               absl::Duration max) {
-  timespec ts = absl::ToTimespec(max);
-  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT,
-          seen, &ts, nullptr, 0);
-}
-
-void FutexWake(std::atomic<uint32_t>* word) {
-  word->fetch_add(1, std::memory_order_seq_cst);
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX,
-          nullptr, nullptr, 0);
 }
 
 }  // namespace
@@ -84,6 +66,26 @@ void ShmRing::CopyOut(uint64_t at, char* to, int64_t n) const {
   std::memcpy(to + first, data, n - first);
 }
 
+absl::Status ShmRing::Await(std::atomic<uint32_t>& seq,
+                            std::atomic<uint32_t>& waits,
+                            absl::FunctionRef<bool()> ready,
+                            absl::Time deadline,
+                            absl::FunctionRef<bool()> stop,
+                            const char* too_late) {
+  for (;;) {
+    const uint32_t seen = seq.load(std::memory_order_acquire);
+    if (ready()) return absl::OkStatus();
+    if (stop()) return absl::CancelledError("the stream ended");
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return absl::DeadlineExceededError(too_late);
+    // Dekker with the other side's publish: either ready() sees what it
+    // published or it sees `waits` and wakes us (seq then moved past seen).
+    waits.store(1, std::memory_order_seq_cst);
+    if (!ready()) FutexWait(&seq, seen, std::min(kPoll, deadline - now));
+    waits.store(0, std::memory_order_relaxed);
+  }
+}
+
 absl::Status ShmRing::Write(const google::protobuf::MessageLite& message,
                             absl::Time deadline,
                             absl::FunctionRef<bool()> stop) {
@@ -100,24 +102,18 @@ absl::Status ShmRing::Write(const google::protobuf::MessageLite& message,
         capacity_));
   }
   const uint64_t head = h->head.load(std::memory_order_relaxed);
-  for (;;) {
-    const uint32_t seen = h->room_seq.load(std::memory_order_acquire);
-    const uint64_t tail = h->tail.load(std::memory_order_acquire);
-    // A tail past head or too far behind: the consumer's memory is not
-    // ours to trust; treat the ring as full until the deadline.
-    const uint64_t used = head - tail;
-    if (tail <= head && static_cast<int64_t>(used) + need <= capacity_) break;
-    if (stop()) return absl::CancelledError("the stream ended");
-    const absl::Time now = absl::Now();
-    if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          "the peer did not make room in the shared-memory ring in time");
-    }
-    h->producer_waits.store(1, std::memory_order_seq_cst);
-    const uint64_t again = h->tail.load(std::memory_order_seq_cst);
-    if (again == tail) FutexWait(&h->room_seq, seen, std::min(kPoll, deadline - now));
-    h->producer_waits.store(0, std::memory_order_relaxed);
-  }
+  const absl::Status room = Await(
+      h->room_seq, h->producer_waits,
+      [&] {
+        // A tail past head or too far behind: the consumer's memory is not
+        // ours to trust; the ring counts as full until the deadline.
+        const uint64_t tail = h->tail.load(std::memory_order_seq_cst);
+        return tail <= head &&
+               static_cast<int64_t>(head - tail) + need <= capacity_;
+      },
+      deadline, stop,
+      "the peer did not make room in the shared-memory ring in time");
+  if (!room.ok()) return room;
   const uint32_t length = static_cast<uint32_t>(encoded_.size());
   CopyIn(head, reinterpret_cast<const char*>(&length), kLengthBytes);
   CopyIn(head + kLengthBytes, encoded_.data(),
@@ -148,29 +144,17 @@ absl::StatusOr<bool> ShmRing::Read(google::protobuf::MessageLite* message,
                                    absl::FunctionRef<bool()> stop) {
   Header* h = header();
   const uint64_t tail = h->tail.load(std::memory_order_relaxed);
-  uint64_t head;
-  for (;;) {
-    const uint32_t seen = h->data_seq.load(std::memory_order_acquire);
-    head = h->head.load(std::memory_order_acquire);
-    if (head != tail) break;
-    if (h->closed.load(std::memory_order_acquire) != 0) {
-      head = h->head.load(std::memory_order_acquire);
-      if (head != tail) break;
-      return false;
-    }
-    if (stop()) return absl::CancelledError("the stream ended");
-    const absl::Time now = absl::Now();
-    if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          "no message in the shared-memory ring in time");
-    }
-    h->consumer_waits.store(1, std::memory_order_seq_cst);
-    if (h->head.load(std::memory_order_seq_cst) == tail &&
-        h->closed.load(std::memory_order_seq_cst) == 0) {
-      FutexWait(&h->data_seq, seen, std::min(kPoll, deadline - now));
-    }
-    h->consumer_waits.store(0, std::memory_order_relaxed);
-  }
+  const absl::Status data = Await(
+      h->data_seq, h->consumer_waits,
+      [&] {
+        return h->head.load(std::memory_order_seq_cst) != tail ||
+               h->closed.load(std::memory_order_seq_cst) != 0;
+      },
+      deadline, stop, "no message in the shared-memory ring in time");
+  if (!data.ok()) return data;
+  // Closed: what was published before the close is read first.
+  const uint64_t head = h->head.load(std::memory_order_acquire);
+  if (head == tail) return false;
   const uint64_t used = head - tail;
   if (head < tail || used > static_cast<uint64_t>(capacity_) ||
       used < static_cast<uint64_t>(kLengthBytes) || tail % kRecordAlign != 0) {

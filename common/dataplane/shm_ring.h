@@ -79,6 +79,15 @@ class ShmRing {
  private:
   struct Header;
   Header* header() const;
+  // Waits until ready() (sequentially consistent loads), sleeping on `seq`
+  // with `waits` raised; CANCELLED once stop(), DEADLINE_EXCEEDED saying
+  // `too_late` at the deadline. Both sides' waits.
+  static absl::Status Await(std::atomic<uint32_t>& seq,
+                            std::atomic<uint32_t>& waits,
+                            absl::FunctionRef<bool()> ready,
+                            absl::Time deadline,
+                            absl::FunctionRef<bool()> stop,
+                            const char* too_late);
   void CopyIn(uint64_t at, const char* from, int64_t n);
   void CopyOut(uint64_t at, char* to, int64_t n) const;
 

@@ -129,6 +129,19 @@ class BadInputTest : public ::testing::Test {
     grpc::ClientContext context;
     SetTimeout(&context, std::chrono::seconds(10));
     auto rw = stub_->Stream(&context);
+    rw->Write(HelloOffering(segment));
+    rw->Write(request);
+    rw->WritesDone();
+    v1::StreamResponse ignored;
+    while (rw->Read(&ignored)) {
+    }
+    return rw->Finish();
+  }
+
+  // w-1's hello for job-1, offering `segment` (when given) and rings of
+  // `ring_bytes` each (when not 0).
+  static v1::StreamRequest HelloOffering(const ShmSegment* segment,
+                                         int64_t ring_bytes = 0) {
     v1::StreamRequest hello;
     hello.mutable_hello()->set_job_id("job-1");
     hello.mutable_hello()->set_worker_id("w-1");
@@ -136,14 +149,9 @@ class BadInputTest : public ::testing::Test {
     if (segment != nullptr) {
       hello.mutable_hello()->mutable_shm()->set_name(segment->name());
       hello.mutable_hello()->mutable_shm()->set_nonce(segment->nonce());
+      hello.mutable_hello()->mutable_shm()->set_ring_bytes(ring_bytes);
     }
-    rw->Write(hello);
-    rw->Write(request);
-    rw->WritesDone();
-    v1::StreamResponse ignored;
-    while (rw->Read(&ignored)) {
-    }
-    return rw->Finish();
+    return hello;
   }
 
   static v1::Push GoodPush() {
@@ -422,14 +430,7 @@ TEST_F(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
   grpc::ClientContext context;
   SetTimeout(&context, std::chrono::seconds(20));
   auto rw = stub_->Stream(&context);
-  v1::StreamRequest r;
-  r.mutable_hello()->set_job_id("job-1");
-  r.mutable_hello()->set_worker_id("w-1");
-  r.mutable_hello()->set_generation(1);
-  r.mutable_hello()->mutable_shm()->set_name((*segment)->name());
-  r.mutable_hello()->mutable_shm()->set_nonce((*segment)->nonce());
-  r.mutable_hello()->mutable_shm()->set_ring_bytes(kRing);
-  ASSERT_TRUE(rw->Write(r));
+  ASSERT_TRUE(rw->Write(HelloOffering(segment->get(), kRing)));
   v1::StreamResponse first;
   ASSERT_TRUE(rw->Read(&first));
   EXPECT_TRUE(first.rings());
@@ -439,7 +440,7 @@ TEST_F(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
   const int64_t slot = (*segment)->grad_offset() + 2 * kRing;
   const std::vector<float> g(36, 0.5f);
   std::memcpy((*segment)->at(slot), g.data(), 144);
-  r.Clear();
+  v1::StreamRequest r;
   v1::Push* push = r.mutable_push();
   push->set_partition(0);
   push->set_samples(4);
@@ -483,14 +484,7 @@ TEST_F(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
     grpc::ClientContext c;
     SetTimeout(&c, std::chrono::seconds(10));
     auto stream = stub_->Stream(&c);
-    r.Clear();
-    r.mutable_hello()->set_job_id("job-1");
-    r.mutable_hello()->set_worker_id("w-1");
-    r.mutable_hello()->set_generation(1);
-    r.mutable_hello()->mutable_shm()->set_name((*seg)->name());
-    r.mutable_hello()->mutable_shm()->set_nonce((*seg)->nonce());
-    r.mutable_hello()->mutable_shm()->set_ring_bytes(bad);
-    stream->Write(r);
+    stream->Write(HelloOffering(seg->get(), bad));
     stream->WritesDone();
     while (stream->Read(&ignored)) {
     }

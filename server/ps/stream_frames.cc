@@ -1,6 +1,6 @@
 #include "server/ps/stream_frames.h"
 
-#include "absl/strings/str_cat.h"
+#include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 
 namespace fulcrum {
@@ -154,8 +154,7 @@ absl::StatusOr<bool> ReadRingRequest(ShmRing& ring,
       ring.Read(&r->message, absl::InfiniteFuture(), cancelled);
   if (read.ok() || read.status().code() == absl::StatusCode::kCancelled)
     return read.value_or(false);
-  return absl::Status(read.status().code(),
-                      absl::StrCat("the request ring: ", read.status().message()));
+  return Prefixed("the request ring", read.status());
 }
 
 }  // namespace fulcrum
