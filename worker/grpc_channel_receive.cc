@@ -30,7 +30,9 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
 bool GrpcParameterChannel::ApplyMessage(Stream* s, Connection& conn,
                                         const v1::StreamResponse& message,
                                         const Payload& inline_data) {
-  if (!Apply(s, conn, message.params(), inline_data)) return false;
+  // The whole message is checked before any of it counts as arrived (a
+  // wait that its first Params ended must not see success before the
+  // failure of its more[]).
   for (const v1::Params& more : message.more()) {
     if (!more.has_shm() || !more.data().empty()) {
       arrivals_.Fail(absl::InternalError(absl::StrCat(
@@ -38,6 +40,9 @@ bool GrpcParameterChannel::ApplyMessage(Stream* s, Connection& conn,
           "shared-memory segment")));
       return false;
     }
+  }
+  if (!Apply(s, conn, message.params(), inline_data)) return false;
+  for (const v1::Params& more : message.more()) {
     if (!Apply(s, conn, more, Payload())) return false;
   }
   return true;
