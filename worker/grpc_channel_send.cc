@@ -135,10 +135,18 @@ bool GrpcParameterChannel::WriteBatch(Stream* s, Connection& conn,
                            ? request.message.add_more()
                            : request.message.mutable_push();
       FillPush(item, offset, encoding, push);
+      // The chunk's place in its slot (shared memory). The slot is free:
+      // the shard consumed its last contents before answering the
+      // previous step, whose parameters this step was computed from.
+      const int64_t at = shm == nullptr
+                             ? 0
+                             : shm->grad_offset() + conn.slot_base +
+                                   s->grad_slot[item.id] + offset * 4;
+      char* room = shm == nullptr ? nullptr : shm->at(at);
       GradientEncoder::Chunk c;
       if (n > 0) {
         c = encoder_->Encode(item.id, offset, n, item.grads, item.step,
-                             options_.generation);
+                             options_.generation, room);
         push->set_indices(c.indices.data(), c.indices.size());
       }
       if (shm == nullptr) {
@@ -147,12 +155,8 @@ bool GrpcParameterChannel::WriteBatch(Stream* s, Connection& conn,
         return write();
       }
       if (n > 0) {
-        // The slot is free: the shard consumed its last contents before
-        // answering the previous step, whose parameters this step was
-        // computed from.
-        const int64_t at = shm->grad_offset() + conn.slot_base +
-                           s->grad_slot[item.id] + offset * 4;
-        std::memcpy(shm->at(at), c.data, c.bytes);
+        // Narrowed straight into the slot, or copied there.
+        if (c.data != room) std::memcpy(room, c.data, c.bytes);
         v1::ShmRef* ref = push->mutable_shm();
         ref->set_offset(at);
         ref->set_bytes(static_cast<int64_t>(c.bytes));

@@ -69,7 +69,8 @@ GradientEncoder::Chunk GradientEncoder::Encode(int32_t partition,
                                                int64_t offset, int64_t n,
                                                const float* grads,
                                                int64_t step,
-                                               int64_t generation) {
+                                               int64_t generation,
+                                               char* room) {
   const Partition& p = layout_->partitions()[partition];
   const int64_t begin = p.offset + offset;
   const float* g = grads + begin;
@@ -80,7 +81,7 @@ GradientEncoder::Chunk GradientEncoder::Encode(int32_t partition,
   if (encoding_ == WireEncoding::kFp32)
     return {reinterpret_cast<const char*>(g), static_cast<size_t>(n) * 4, {}};
   const int width = ElementBytes(encoding_);
-  char* e = encoded_.data() + begin * width;
+  char* e = room != nullptr ? room : encoded_.data() + begin * width;
   EncodeRun(encoding_, g, n, e);
   return {e, static_cast<size_t>(n) * width, {}};
 }

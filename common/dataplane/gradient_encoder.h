@@ -76,9 +76,14 @@ class GradientEncoder {
   };
   // Chunk [offset, offset + n) of partition `partition` of the flat
   // gradient `grads` (layout->total_size() floats), for `step` of
-  // `generation`. Valid until this chunk is encoded again.
+  // `generation`. Valid until this chunk is encoded again. `room` (may be
+  // null: n * 4 bytes when not) is where the caller will put the chunk: a
+  // dense narrowed chunk is written there directly (data == room), one
+  // pass instead of a narrowing and a copy; fp32 and sparse chunks still
+  // point at the gradient or the encoder's own buffers.
   Chunk Encode(int32_t partition, int64_t offset, int64_t n,
-               const float* grads, int64_t step, int64_t generation);
+               const float* grads, int64_t step, int64_t generation,
+               char* room = nullptr);
 
   // The k of a chunk of n elements at `step`.
   int64_t Kept(int64_t n, int64_t step) const;

@@ -345,7 +345,8 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
 }
 
 absl::Status JobShard::Read(int32_t partition, int64_t offset, int64_t n,
-                            float* out, int64_t* version, bool* stop) {
+                            WireEncoding encoding, char* out,
+                            int64_t* version, bool* stop) {
   PartitionState* p = Find(partition);
   if (p == nullptr) {
     return absl::InvalidArgumentError(
@@ -358,7 +359,7 @@ absl::Status JobShard::Read(int32_t partition, int64_t offset, int64_t n,
                      ") outside partition ", partition));
   }
   absl::MutexLock lock(&p->mu);
-  std::memcpy(out, p->params.data() + offset, n * sizeof(float));
+  EncodeRun(encoding, p->params.data() + offset, n, out);
   *version = p->version;
   *stop = p->stop || stop_requested_.load();
   return absl::OkStatus();

@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/dataplane/payload.h"
 #include "common/env/env.h"
 #include "common/tensor/layout.h"
 #include "fulcrum/v1/job.pb.h"
@@ -152,9 +153,16 @@ class JobShard {
   bool HasVersion(int32_t partition, int64_t version, int64_t generation);
 
   // Copies elements [offset, offset + n) of `partition` with its version and
-  // whether a worker asked to stop at that version.
+  // whether a worker asked to stop at that version; into `out` in
+  // `encoding` (n * ElementBytes(encoding) bytes: narrowed in the copy).
+  absl::Status Read(int32_t partition, int64_t offset, int64_t n,
+                    WireEncoding encoding, char* out, int64_t* version,
+                    bool* stop);
   absl::Status Read(int32_t partition, int64_t offset, int64_t n, float* out,
-                    int64_t* version, bool* stop);
+                    int64_t* version, bool* stop) {
+    return Read(partition, offset, n, WireEncoding::kFp32,
+                reinterpret_cast<char*>(out), version, stop);
+  }
   // Partition size in elements, or -1 when not held here.
   int64_t PartitionSize(int32_t partition) const;
 

@@ -20,9 +20,14 @@ struct LocalParameterChannel::Link : public ParamsWriter {
     absl::MutexLock lock(&mu);
     return closing || cancelled;
   }
-  float* Reserve(int32_t partition, int64_t offset, int64_t) override {
-    return channel->params_ +
-           channel->layout_->partitions()[partition].offset + offset;
+  // Straight into the worker's parameters, in fp32; Send gives them what
+  // the wire's encoding would make of them.
+  ParamsRoom Reserve(int32_t partition, int64_t offset, int64_t,
+                     WireEncoding) override {
+    return {reinterpret_cast<char*>(
+                channel->params_ +
+                channel->layout_->partitions()[partition].offset + offset),
+            WireEncoding::kFp32};
   }
   bool Send(const ParamsHeader& h) override {
     RoundTrip(h.encoding,

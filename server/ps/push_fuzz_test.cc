@@ -40,9 +40,10 @@ Snapshot Take(JobShard& job) {
 
 class NullWriter : public ParamsWriter {
  public:
-  float* Reserve(int32_t, int64_t, int64_t count) override {
+  ParamsRoom Reserve(int32_t, int64_t, int64_t count,
+                     WireEncoding) override {
     buffer_.resize(count);
-    return buffer_.data();
+    return {reinterpret_cast<char*>(buffer_.data()), WireEncoding::kFp32};
   }
   bool Send(const ParamsHeader&) override { return true; }
 

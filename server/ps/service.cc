@@ -22,10 +22,12 @@ class GrpcParamsWriter : public ParamsWriter {
  public:
   GrpcParamsWriter(Writer* writer, Message* message, v1::Params* params)
       : writer_(writer), message_(message), params_(params) {}
-  float* Reserve(int32_t, int64_t, int64_t count) override {
+  // Pull's values: fp32.
+  ParamsRoom Reserve(int32_t, int64_t, int64_t count,
+                     WireEncoding) override {
     std::string* data = params_->mutable_data();
     data->resize(count * sizeof(float));
-    return reinterpret_cast<float*>(data->data());
+    return {data->data(), WireEncoding::kFp32};
   }
   bool Send(const ParamsHeader& h) override {
     params_->set_partition(h.partition);

@@ -5,18 +5,20 @@
 
 namespace fulcrum {
 
-float* FrameParamsWriter::Reserve(int32_t partition, int64_t offset,
-                                  int64_t count) {
+ParamsRoom FrameParamsWriter::Reserve(int32_t partition, int64_t offset,
+                                      int64_t count, WireEncoding encoding) {
   in_segment_ = segment_ != nullptr && partition >= 0 &&
                 partition < static_cast<int32_t>(slots_->size()) &&
                 (*slots_)[partition] >= 0;
   if (in_segment_) {
     // The worker has read the slot's last contents: it pushed the step
-    // these values answer only after they arrived.
+    // these values answer only after they arrived. (A slot has room for
+    // the partition in fp32; narrower values start where the chunk's fp32
+    // values would.)
     shm_at_ = segment_->params_offset() + (*slots_)[partition] + offset * 4;
-    return reinterpret_cast<float*>(segment_->at(shm_at_));
+    return {segment_->at(shm_at_), encoding};
   }
-  return reinterpret_cast<float*>(frame_.Reserve(count * sizeof(float)));
+  return {frame_.Reserve(count * ElementBytes(encoding)), encoding};
 }
 
 void FrameParamsWriter::UseRing(ShmRing* ring, absl::Duration wait,
@@ -48,11 +50,6 @@ bool FrameParamsWriter::Send(const ParamsHeader& h) {
   p->set_clock(h.clock);
   p->set_stop(h.stop);
   p->set_encoding(static_cast<v1::Encoding>(h.encoding));
-  char* data = in_segment_ ? segment_->at(shm_at_) : frame_.out_data;
-  if (h.encoding != WireEncoding::kFp32) {
-    EncodeRun(h.encoding, reinterpret_cast<const float*>(data), h.count,
-              data);
-  }
   const int64_t bytes = h.count * ElementBytes(h.encoding);
   if (!in_segment_) {
     if (held_ > 0) {  // (not expected: every partition has a slot)

@@ -26,8 +26,8 @@
 namespace fulcrum {
 
 // Params frames written to the data-plane stream: the values are read once,
-// into a fresh slice (narrowed there when the job sends bf16), and leave
-// from it - or, on a stream with a mapped segment, into the partition's
+// into a fresh slice (narrowed in that copy when the job sends bf16), and
+// leave from it - or, on a stream with a mapped segment, into the partition's
 // slot of its parameter region, and the frame says where (params.shm);
 // there Sends marked `more` are held and go out in one message with the
 // next (StreamResponse.more) - through the stream's response ring once the
@@ -46,7 +46,9 @@ class FrameParamsWriter : public ParamsWriter {
   // `cancelled()`.
   void UseRing(ShmRing* ring, absl::Duration wait,
                std::function<bool()> cancelled);
-  float* Reserve(int32_t partition, int64_t offset, int64_t count) override;
+  // In `encoding`: the caller narrows straight into the slice or slot.
+  ParamsRoom Reserve(int32_t partition, int64_t offset, int64_t count,
+                     WireEncoding encoding) override;
   bool Send(const ParamsHeader& h) override;
 
  private:

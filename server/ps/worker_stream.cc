@@ -23,9 +23,10 @@ absl::Status SendOne(JobShard& job, int32_t partition, int64_t clock,
     h.count = std::min(chunk, size - offset);
     h.encoding = encoding;
     h.more = more || offset + h.count < size;
-    float* out = writer->Reserve(partition, offset, h.count);
-    RETURN_IF_ERROR(
-        job.Read(partition, offset, h.count, out, &h.version, &h.stop));
+    const ParamsRoom room = writer->Reserve(partition, offset, h.count,
+                                            encoding);
+    RETURN_IF_ERROR(job.Read(partition, offset, h.count, room.encoding,
+                             room.data, &h.version, &h.stop));
     h.clock = clock < 0 ? h.version : clock;
     if (pulled != nullptr) {
       pulled->Increment(

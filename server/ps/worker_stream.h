@@ -38,8 +38,7 @@ struct ParamsHeader {
   int64_t version = 0;
   int64_t clock = 0;  // the step the reader may compute next
   bool stop = false;  // a worker asked to stop: the final version
-  // How the values travel (the job's wire.parameters; Pull: fp32). The
-  // writer narrows what Reserve returned when it is not fp32.
+  // How the values travel (the job's wire.parameters; Pull: fp32).
   WireEncoding encoding = WireEncoding::kFp32;
   // Another Send follows without a wait in between: the writer may hold
   // this one and send both in one message (one wake-up of the reader).
@@ -47,15 +46,26 @@ struct ParamsHeader {
   bool more = false;
 };
 
+// Where a run's values go: `data`, filled with `count` elements in
+// `encoding`.
+struct ParamsRoom {
+  char* data = nullptr;
+  WireEncoding encoding = WireEncoding::kFp32;
+};
+
 // The transport's half of a stream: where parameters go.
 class ParamsWriter {
  public:
   virtual ~ParamsWriter() = default;
-  // Room for `count` floats of `partition` at `offset`, filled by the
-  // caller and then passed on by Send (a message's buffer, or the worker's
-  // own parameter buffer in process: no copy in between).
-  virtual float* Reserve(int32_t partition, int64_t offset,
-                         int64_t count) = 0;
+  // Room for `count` elements of `partition` at `offset`, to travel in
+  // `encoding`; filled by the caller and then passed on by Send (a
+  // message's buffer, the worker's slot in shared memory, or the worker's
+  // own parameter buffer in process: no copy in between). The room says
+  // which encoding the caller writes: `encoding`, narrowed straight from
+  // the shard's parameters (one pass), or fp32 for a writer that converts
+  // the values itself.
+  virtual ParamsRoom Reserve(int32_t partition, int64_t offset, int64_t count,
+                             WireEncoding encoding) = 0;
   // Sends what Reserve returned. false: the peer is gone.
   virtual bool Send(const ParamsHeader& header) = 0;
 };

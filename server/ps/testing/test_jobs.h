@@ -87,9 +87,10 @@ inline PushChunk PartChunk(int32_t id, int64_t step, const std::vector<float>& g
 // Records what a stream sends.
 class RecordingWriter : public ParamsWriter {
  public:
-  float* Reserve(int32_t, int64_t, int64_t count) override {
+  ParamsRoom Reserve(int32_t, int64_t, int64_t count,
+                     WireEncoding) override {
     buffer_.resize(count);
-    return buffer_.data();
+    return {reinterpret_cast<char*>(buffer_.data()), WireEncoding::kFp32};
   }
   bool Send(const ParamsHeader& h) override {
     sent.push_back(h);
