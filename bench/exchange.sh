@@ -10,8 +10,10 @@
 #
 #   bench/exchange.sh [--sizes "1 4 16 100"] [--workers "1 2 4"]
 #                     [--shards "1 2"] [--steps 20] [--warmup 3]
-#                     [--wire "fp32 bf16 fp32:0.01"]  # wire.gradients to run
-#                                                  # (:F adds wire.topk F)
+#                     [--wire "fp32 bf16 bf16/bf16 fp32:0.01"]
+#                         # the wires to run, each a row: wire.gradients,
+#                         # /P adds wire.parameters P (else --params),
+#                         # :F adds wire.topk F
 #                     [--params fp32|bf16]         # wire.parameters
 #                     [--baseline BIN]             # an older build, alternated
 #                     [--transports "shm tcp group"] # how payloads travel
@@ -25,8 +27,8 @@
 # transport is a row, alternating within the same cluster.
 #
 # --baseline BIN (a bazel-bin of another commit, with bench/exchange_driver,
-# worker/capi/libfulcrum.so and the cluster binaries) runs the same fp32
-# rows on that build's own cluster, alternating with this one, and adds its
+# worker/capi/libfulcrum.so and the cluster binaries) runs the same rows
+# (the same wires) on that build's own cluster, alternating with this one, and adds its
 # time and the ratio new / baseline: before-and-after in one script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,14 +59,14 @@ fulcrum_row() {
   [ "$mb" -lt 16 ] && [ "$n" -lt 100 ] && n=100
   # group: the host group pre-reduces (wire.pre_reduce); shm and tcp:
   # every worker its own streams.
-  # (A --baseline build older than wire.pre_reduce gets no such field.)
+  # (A --baseline build must know wire.pre_reduce: 2026-12-05 or later.)
   local fields="pre_reduce: false"
   [ "${transport:-shm}" = group ] && fields="pre_reduce: true"
-  [ "$b" = "$this_bin" ] || fields=""
-  if [ "$wire" != fp32 ] || [ "$params" != fp32 ]; then
-    local grads=${wire%%:*} topk=""
-    [ "$grads" != "$wire" ] && topk=", topk: ${wire#*:}"
-    fields="gradients: $grads, parameters: $params$topk${fields:+, $fields}"
+  local grads=${wire%%[:/]*} back=$params topk=""
+  [[ $wire == */* ]] && back=${wire#*/} && back=${back%%:*}
+  [[ $wire == *:* ]] && topk=", topk: ${wire#*:}"
+  if [ "$grads" != fp32 ] || [ "$back" != fp32 ] || [ -n "$topk" ]; then
+    fields="gradients: $grads, parameters: $back$topk${fields:+, $fields}"
   fi
   local extra=""
   [ -n "$fields" ] && extra="wire: {$fields}"
@@ -101,7 +103,7 @@ run_new() {
 }
 run_base() {
   coord=$base_coord
-  read -r b b10 b90 < <(fulcrum_row "$baseline" "$w" "$mb" fp32 "$run-base")
+  read -r b b10 b90 < <(fulcrum_row "$baseline" "$w" "$mb" "$wire" "$run-base")
 }
 
 row=0
@@ -129,7 +131,7 @@ for s in $shards; do
         # With a baseline, the two builds take turns going first (the
         # first run after gloo's is not the same machine as the second).
         b="" b10="" b90=""
-        if [ -n "$baseline" ] && [ "$wire" = fp32 ] && [ "$params" = fp32 ]; then
+        if [ -n "$baseline" ]; then
           row=$((row + 1))
           if [ $((row % 2)) -eq 0 ]; then run_base; run_new; else run_new; run_base; fi
         else
