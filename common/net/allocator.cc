@@ -2,6 +2,10 @@
 
 #include <malloc.h>
 
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
 #include "absl/synchronization/mutex.h"
 
 namespace fulcrum {
@@ -13,6 +17,16 @@ void TuneAllocatorForLargeMessages() {
   // Debian's Abseil runs the mutex deadlock detector (a graph update on every
   // lock of a new mutex); our lock order is fixed and tested, so skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
+
+void TuneAllocatorInLibrary() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* v = std::getenv("FULCRUM_TUNE_ALLOCATOR");
+    const std::string s = v == nullptr ? "" : v;
+    if (s == "0" || s == "false" || s == "off") return;
+    TuneAllocatorForLargeMessages();
+  });
 }
 
 }  // namespace fulcrum

@@ -13,6 +13,14 @@ namespace fulcrum {
 // leaves on. Call first thing in main, before any thread starts.
 void TuneAllocatorForLargeMessages();
 
+// The same for a library in someone else's process (the C API, that is
+// PyTorch workers): once, the first time it is called, unless
+// $FULCRUM_TUNE_ALLOCATOR is 0, false or off. Safe with threads running
+// (mallopt takes the allocator's lock). Without it a TCP worker spent a
+// third of its CPU time in madvise and page faults (bench/exchange's
+// driver, perf). Thread-safe.
+void TuneAllocatorInLibrary();
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_COMMON_NET_ALLOCATOR_H_

@@ -14,6 +14,7 @@
 #include "common/config/model_layout.h"
 #include "common/metrics/http_server.h"
 #include "common/metrics/metrics.h"
+#include "common/net/allocator.h"
 #include "common/net/transport.h"
 #include "common/tensor/model_file.h"
 #include "worker/capi/fulcrum.h"
@@ -118,6 +119,8 @@ fulcrum_worker* fulcrum_connect(const fulcrum_options* options,
          error);
     return nullptr;
   }
+  // Keep gRPC's message buffers in the heap (common/net/allocator.h).
+  fulcrum::TuneAllocatorInLibrary();
   absl::Status transport = fulcrum::UseTransport(
       {Str(options->tls_cert), Str(options->tls_key), Str(options->tls_ca)});
   if (!transport.ok()) {
