@@ -93,6 +93,14 @@ void AddScaledT(const char* src, int64_t n, float wt, float* acc) {
   for (int64_t i = 0; i < n; ++i) acc[i] += DecodeOne<E>(src + w * i) * wt;
 }
 
+// "+ 0.0f": -0 becomes +0, as it does added to a zeroed accumulator.
+template <WireEncoding E>
+void SetScaledT(const char* src, int64_t n, float wt, float* dst) {
+  constexpr int w = E == WireEncoding::kFp32 ? 4 : 2;
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = DecodeOne<E>(src + w * i) * wt + 0.0f;
+}
+
 }  // namespace
 
 const char* EncodingName(WireEncoding e) {
@@ -134,6 +142,15 @@ void DecodeRun(WireEncoding e, const char* src, int64_t n, float* dst) {
     case WireEncoding::kFp32: std::memcpy(dst, src, 4 * n); return;
     case WireEncoding::kBf16: DecodeT<WireEncoding::kBf16>(src, n, dst); return;
     case WireEncoding::kFp16: DecodeT<WireEncoding::kFp16>(src, n, dst); return;
+  }
+}
+
+void SetScaledRun(WireEncoding e, const char* src, int64_t n, float w,
+                  float* dst) {
+  switch (e) {
+    case WireEncoding::kFp32: SetScaledT<WireEncoding::kFp32>(src, n, w, dst); return;
+    case WireEncoding::kBf16: SetScaledT<WireEncoding::kBf16>(src, n, w, dst); return;
+    case WireEncoding::kFp16: SetScaledT<WireEncoding::kFp16>(src, n, w, dst); return;
   }
 }
 
@@ -260,6 +277,12 @@ void Decode(const Payload& payload, float* dst) {
 void AddScaled(const Payload& payload, float w, float* acc) {
   payload.ForEachRun([&](const char* run, int64_t first, int64_t n) {
     AddScaledRun(payload.encoding(), run, n, w, acc + first);
+  });
+}
+
+void SetScaled(const Payload& payload, float w, float* dst) {
+  payload.ForEachRun([&](const char* run, int64_t first, int64_t n) {
+    SetScaledRun(payload.encoding(), run, n, w, dst + first);
   });
 }
 

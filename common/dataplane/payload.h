@@ -124,6 +124,10 @@ void DecodeRun(WireEncoding e, const char* src, int64_t n, float* dst);
 // acc[i] += w * decode(src[i]).
 void AddScaledRun(WireEncoding e, const char* src, int64_t n, float w,
                   float* acc);
+// dst[i] = 0 + w * decode(src[i]): bit for bit what AddScaledRun makes of
+// a zeroed dst, without reading it (a first arrival: one pass less).
+void SetScaledRun(WireEncoding e, const char* src, int64_t n, float w,
+                  float* dst);
 // The largest biased fp32 exponent among the decoded values: 255 when one
 // is NaN or infinite, else every |value| < 2^(result - 126).
 uint8_t MaxExponentRun(WireEncoding e, const char* src, int64_t n);
@@ -138,6 +142,7 @@ void RoundTrip(WireEncoding e, float* values, int64_t n);
 // The same over a whole payload; dst/acc hold payload.elements() floats.
 void Decode(const Payload& payload, float* dst);
 void AddScaled(const Payload& payload, float w, float* acc);
+void SetScaled(const Payload& payload, float w, float* dst);
 uint8_t MaxExponent(const Payload& payload);
 
 // Sparse payloads (wire.topk): element j of `values` belongs at position

@@ -123,6 +123,36 @@ TEST(PayloadTest, RunsOverPiecesSeeEveryElementOnceInOrder) {
   }
 }
 
+TEST(PayloadTest, SetScaledIsAddScaledOnZerosBitForBit) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (WireEncoding e :
+       {WireEncoding::kFp32, WireEncoding::kBf16, WireEncoding::kFp16}) {
+    std::vector<float> values(1000);
+    for (float& v : values) v = normal(rng);
+    values[0] = -0.0f;  // -0 scaled is -0; added to a zero it is +0
+    values[1] = 0.0f;
+    values[2] = 1e-30f;  // its product underflows (to -0 with w < 0)
+    std::vector<char> wire(values.size() * ElementBytes(e));
+    EncodeRun(e, values.data(), values.size(), wire.data());
+    Payload p;
+    p.set_encoding(e);
+    p.Add(wire.data(), 501 * ElementBytes(e));  // two pieces
+    p.Add(wire.data() + 501 * ElementBytes(e), wire.size() - 501 * ElementBytes(e));
+    for (float w : {1.0f, 64.0f, -1e-20f}) {
+      std::vector<float> added(values.size(), 0.0f);
+      std::vector<float> set(values.size(), std::nanf(""));  // not read
+      AddScaled(p, w, added.data());
+      SetScaled(p, w, set.data());
+      for (size_t i = 0; i < values.size(); ++i) {
+        ASSERT_EQ(std::signbit(set[i]), std::signbit(added[i]))
+            << EncodingName(e) << " w " << w << " element " << i;
+        ASSERT_EQ(set[i], added[i]) << EncodingName(e) << " w " << w << " " << i;
+      }
+    }
+  }
+}
+
 TEST(PayloadTest, MaxExponentBoundsTheLargestAndFlagsNonFinite) {
   for (WireEncoding e :
        {WireEncoding::kFp32, WireEncoding::kBf16, WireEncoding::kFp16}) {

@@ -58,7 +58,11 @@ struct PartitionState {
 
   // Sync barrier (sync_aggregator.cc).
   struct Barrier {
-    std::vector<float> accum;  // sum of g_i * n_i
+    // Sum of g_i * n_i; chunk k's part holds this step's values once
+    // written[k] (its first push writes it, later ones add; a chunk no
+    // push reached is zeroed before the update): no clearing pass a step.
+    std::vector<float> accum;
+    std::vector<uint8_t> written;
     bool stop_requested = false;
     std::vector<DataRange> ranges;  // this step's, per member
     // When the first member completed its push of the step (stall

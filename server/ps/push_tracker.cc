@@ -114,6 +114,15 @@ void AddChunk(const PushChunk& c, float w, float* acc) {
   }
 }
 
+void SetChunk(const PushChunk& c, int64_t length, float w, float* acc) {
+  if (c.indices.empty()) {
+    SetScaled(c.data, w, acc);
+    return;
+  }
+  std::fill(acc, acc + length, 0.0f);
+  ScatterAddScaled(c.data, c.indices, w, acc);
+}
+
 void DecodeChunk(const PushChunk& c, int64_t length, float* dst) {
   if (c.indices.empty()) {
     Decode(c.data, dst);

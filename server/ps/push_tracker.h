@@ -75,6 +75,10 @@ absl::Status ValidatePush(const Partition& partition, int64_t chunk_elems,
 // The chunk's elements: acc[i] += w * element i (a dense chunk's every
 // element, a sparse one's listed ones), acc pointing at the chunk's start.
 void AddChunk(const PushChunk& c, float w, float* acc);
+// The same into an accumulator whose `length` elements hold nothing of the
+// step yet: acc = w * the chunk (a sparse chunk's others 0), bit for bit
+// AddChunk on zeros, without reading or clearing acc first.
+void SetChunk(const PushChunk& c, int64_t length, float w, float* acc);
 // dst = the chunk's `length` elements (a sparse chunk's others are 0).
 void DecodeChunk(const PushChunk& c, int64_t length, float* dst);
 

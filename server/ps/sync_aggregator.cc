@@ -54,7 +54,7 @@ class SyncAggregator : public Aggregator {
           b.ranges[members[i]] = c.shares.empty() ? c.range : c.shares[i].range;
       }
     }
-    if (c.samples > 0) Accumulate(b, c);
+    if (c.samples > 0) Accumulate(p, c);
     for (int member : members)
       if (!p.tracker.Complete(member)) return PushOutcome::kPartial;
     if (p.tracker.complete_count() == static_cast<int>(members.size()))
@@ -68,7 +68,7 @@ class SyncAggregator : public Aggregator {
   void ResetStep(PartitionState& p, int members) const override
       ABSL_NO_THREAD_SAFETY_ANALYSIS {
     PartitionState::Barrier& b = p.barrier;
-    std::fill(b.accum.begin(), b.accum.end(), 0.0f);
+    b.written.assign(p.num_chunks, 0);
     b.stop_requested = false;
     b.ranges.assign(members, DataRange{});
     b.first_done = absl::InfiniteFuture();
@@ -141,9 +141,33 @@ class SyncAggregator : public Aggregator {
     return c.shares.empty() ? c.samples : c.shares[i].samples;
   }
 
-  void Accumulate(PartitionState::Barrier& b, const PushChunk& c) const {
-    // Straight from the pieces the push arrived in.
-    AddChunk(c, static_cast<float>(c.samples), b.accum.data() + c.offset);
+  // Straight from the pieces the push arrived in; the chunk's first push
+  // of the step writes, the others add.
+  void Accumulate(PartitionState& p, const PushChunk& c) const
+      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PartitionState::Barrier& b = p.barrier;
+    const int64_t chunk = c.offset / ctx_.chunk_elems;
+    float* acc = b.accum.data() + c.offset;
+    const float w = static_cast<float>(c.samples);
+    if (b.written[chunk]) {
+      AddChunk(c, w, acc);
+      return;
+    }
+    SetChunk(c, std::min(ctx_.chunk_elems, p.meta.size - c.offset), w, acc);
+    b.written[chunk] = 1;
+  }
+
+  // Zeroes the chunks no push of the step reached (every member's push was
+  // empty there), so that the update reads the step's sum everywhere.
+  void ZeroUnwritten(PartitionState& p) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    PartitionState::Barrier& b = p.barrier;
+    for (int64_t k = 0; k < static_cast<int64_t>(b.written.size()); ++k) {
+      if (b.written[k]) continue;
+      const int64_t begin = k * ctx_.chunk_elems;
+      const int64_t end = std::min(begin + ctx_.chunk_elems, p.meta.size);
+      std::fill(b.accum.begin() + begin, b.accum.begin() + end, 0.0f);
+      b.written[k] = 1;
+    }
   }
 
   // Every member has pushed: apply the averaged gradient out of place, so
@@ -156,6 +180,7 @@ class SyncAggregator : public Aggregator {
     const bool apply = total > 0 && !b.stop_requested;
     b.undo_swaps = apply;
     if (apply) {
+      ZeroUnwritten(p);
       const float scale = 1.0f / static_cast<float>(total);
       const bool finite =
           ApplyUpdate(ctx_.optimizer, p.version, p.updates, b.accum.data(),
