@@ -17,6 +17,7 @@
 #                     [--params fp32|bf16]         # wire.parameters
 #                     [--baseline BIN]             # an older build, alternated
 #                     [--transports "shm tcp group"] # how payloads travel
+#                     [--link RATE]  # workers behind a link of RATE (root)
 #
 # Workers and shards share this host, so payloads go through shared memory
 # by default (shm); tcp runs the workers with FULCRUM_SHARED_MEMORY=0 (the
@@ -30,16 +31,37 @@
 # worker/capi/libfulcrum.so and the cluster binaries) runs the same rows
 # (the same wires) on that build's own cluster, alternating with this one, and adds its
 # time and the ratio new / baseline: before-and-after in one script.
+#
+# --link RATE (e.g. 1gbit; needs root and iproute2: tools/lib/link.sh) puts
+# the workers in a network namespace joined to the shards' by a link shaped
+# to RATE each way, as if the workers ran on another host: payloads go over
+# TCP through it (--transports tcp only), and the gloo column is left out
+# (its ranks would talk over their own loopback, not the link).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes="1 4 16 100" workers="1 2 4" shards="1 2" steps=20 warmup=3
-wire="fp32" params=fp32 baseline="" transports="shm"
+wire="fp32" params=fp32 baseline="" transports="shm" link=""
 source tools/lib/flags.sh
-flags_parse sizes workers shards steps warmup wire params baseline transports -- "$@"
+flags_parse sizes workers shards steps warmup wire params baseline transports \
+  link -- "$@"
 wires=$wire
 [ -n "$baseline" ] && baseline=$(cd "$baseline" && pwd)
 
 source tools/lib/cluster.sh
+on_workers=()  # the prefix that runs a worker (--link: in its namespace)
+if [ -n "$link" ]; then
+  if [ "$transports" != tcp ]; then
+    echo "--link carries payloads over TCP: use --transports tcp" >&2
+    exit 2
+  fi
+  source tools/lib/link.sh
+  link_up "$link"
+  trap link_down EXIT
+  cluster_host=$link_host
+  cluster_coordinator_flags=(--insecure)
+  cluster_shard_flags=(--insecure)
+  on_workers=("${link_exec[@]}")
+fi
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   apt-get install -y -qq --no-install-recommends python3-torch python3-numpy >/dev/null
 fi
@@ -86,7 +108,8 @@ YAML
   local shm=1
   [ "${transport:-shm}" = tcp ] && shm=0
   for i in $(seq "$w"); do
-    FULCRUM_SHARED_MEMORY=$shm "$b/bench/exchange_driver" --lib="$b/worker/capi/libfulcrum.so" \
+    FULCRUM_SHARED_MEMORY=$shm "${on_workers[@]}" "$b/bench/exchange_driver" \
+      --lib="$b/worker/capi/libfulcrum.so" \
       --coordinator="$coord" --job="$job" --floats="$floats" \
       --steps="$n" --warmup="$warmup" \
       >"$dir/driver-$i.out" 2>"$dir/driver-$i.log" &
@@ -106,6 +129,12 @@ run_base() {
   read -r b b10 b90 < <(fulcrum_row "$baseline" "$w" "$mb" "$wire" "$run-base")
 }
 
+# cluster_start's EXIT trap stops the cluster; with --link it also takes
+# the link down.
+link_guard() {
+  if [ -n "$link" ]; then trap 'cluster_stop; link_down' EXIT; fi
+}
+
 row=0
 printf "%-3s %-3s %-5s %-9s %-4s %22s %22s %7s %9s" S W MB wire via \
   "fulcrum us (p10-p90)" "gloo us (p10-p90)" "f/gloo" "of memcpy"
@@ -114,18 +143,23 @@ echo
 for s in $shards; do
   if [ -n "$baseline" ]; then
     bin=$baseline cluster_start "$run-base" "$s"
+    link_guard
     base_coord=$coord
     bin=$baseline cluster_wait_members "$s"
   fi
   bin=$this_bin cluster_start "$run" "$s"
+  link_guard
   this_coord=$coord
   bin=$this_bin cluster_wait_members "$s"
   for w in $workers; do
     for mb in $sizes; do
       floats=$((mb * 262144)) n=$steps
       [ "$mb" -lt 16 ] && [ "$n" -lt 100 ] && n=100
-      read -r g g10 g90 < <(/usr/bin/python3 bench/gloo_allreduce.py \
-        --floats="$floats" --world="$w" --steps="$n" --warmup="$warmup")
+      g=- g10=- g90=-
+      if [ -z "$link" ]; then
+        read -r g g10 g90 < <(/usr/bin/python3 bench/gloo_allreduce.py \
+          --floats="$floats" --world="$w" --steps="$n" --warmup="$warmup")
+      fi
       for wire in $wires; do
       for transport in $transports; do
         # With a baseline, the two builds take turns going first (the
@@ -141,9 +175,10 @@ for s in $shards; do
 import sys
 s, w, mb, wire, via, f, f10, f90, g, g10, g90, memcpy, b, b10, b90 = sys.argv[1:]
 rate = 2 * float(mb) * (1 << 20) / (float(f) * 1e-6) / 1e9
+ratio = "-" if g == "-" else f"{float(f) / max(float(g), 1):.2f}"
 line = (f"{s:<3} {w:<3} {mb:<5} {wire:<9} {via:<4} " + f"{f:>8} ({f10}-{f90})".ljust(23)
         + f" {g:>8} ({g10}-{g90})".ljust(23)
-        + f" {float(f) / max(float(g), 1):7.2f} {rate / float(memcpy):8.1%}")
+        + f" {ratio:>7} {rate / float(memcpy):8.1%}")
 if b:
     line += f" {b:>8} ({b10}-{b90})".ljust(23) + f" {float(f) / float(b):8.2f}"
 print(line)
@@ -154,3 +189,4 @@ PY
   done
   cluster_stop
 done
+if [ -n "$link" ]; then link_down; fi

@@ -15,11 +15,16 @@
 # cluster_job_extra (string): YAML lines added to cluster_job_yaml's job.
 # cluster_flags (array) is passed to every process and fulcrumctl (e.g. the
 # TLS files), cluster_ctl_flags to fulcrumctl only (e.g. --token_file),
-# cluster_coordinator_flags to the coordinator only (e.g. --data_root).
+# cluster_coordinator_flags to the coordinator only (e.g. --data_root),
+# cluster_shard_flags to the shards only. cluster_host is the address the
+# coordinator and shards listen on (127.0.0.1; another one needs --insecure
+# or TLS in their flags).
 cluster_pids=()
 cluster_flags=()
 cluster_ctl_flags=()
 cluster_coordinator_flags=()
+cluster_shard_flags=()
+cluster_host=127.0.0.1
 
 cluster_build() {
   bash tools/setup.sh
@@ -48,7 +53,7 @@ cluster_start() {
   trap cluster_stop EXIT
   rm -rf "$dir"; mkdir -p "$dir"
   ckpt="$(cd "$dir" && pwd)/checkpoints"  # the roots must be absolute
-  "$bin/server/coordinator/fulcrum-coordinator" --listen=127.0.0.1:0 \
+  "$bin/server/coordinator/fulcrum-coordinator" --listen="$cluster_host:0" \
     --port_file="$dir/coordinator.port" --heartbeat_ms=200 \
     --state_dir="$dir/coordinator-state" --checkpoint_root="$ckpt" \
     --metrics_port_file="$dir/coordinator.metrics_port" "${cluster_flags[@]}" \
@@ -59,11 +64,12 @@ cluster_start() {
     echo "coordinator did not start (see $dir/coordinator.log)" >&2
     return 1
   fi
-  coord=127.0.0.1:$(cat "$dir/coordinator.port")
+  coord=$cluster_host:$(cat "$dir/coordinator.port")
   for i in $(seq "$shards"); do
-    "$bin/server/ps/fulcrum-server" --listen=127.0.0.1:0 --coordinator="$coord" \
+    "$bin/server/ps/fulcrum-server" --listen="$cluster_host:0" --coordinator="$coord" \
       --checkpoint_root="$ckpt" \
       --metrics_port_file="$dir/shard-$i.metrics_port" "${cluster_flags[@]}" \
+      "${cluster_shard_flags[@]}" \
       2>"$dir/shard-$i.log" &
     cluster_pids+=($!)
   done
