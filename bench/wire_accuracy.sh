@@ -7,6 +7,8 @@
 #
 #   bench/wire_accuracy.sh [--runs 3] [--target 0.88] [--workers 2]
 #       [--shards 2] [--wires "fp32/fp32 bf16/fp32 fp16/fp32 bf16/bf16"]
+#       [--link RATE]  # the workers behind a link of RATE (root; see
+#                      # tools/lib/link.sh), payloads over TCP through it
 #
 # A wire is GRADIENTS/PARAMETERS[/TOPK[/WARMUP]] (wire.gradients /
 # wire.parameters / wire.topk / wire.topk_warmup_steps, e.g. fp32/fp32/0.01:
@@ -14,15 +16,31 @@
 # steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=3 target=0.88 workers=2 shards=2
+runs=3 target=0.88 workers=2 shards=2 link=""
 wires="fp32/fp32 bf16/fp32 fp16/fp32 bf16/bf16"
 source tools/lib/flags.sh
-flags_parse runs target workers shards wires -- "$@"
+flags_parse runs target workers shards wires link -- "$@"
 source tools/lib/cluster.sh
 cluster_build
 run=.fulcrum/wire
+worker_flags=()
+if [ -n "$link" ]; then
+  # The workers behind a link of $link each way (tools/lib/link.sh), their
+  # payloads over TCP through it.
+  source tools/lib/link.sh
+  link_up "$link"
+  trap link_down EXIT
+  cluster_host=$link_host
+  cluster_coordinator_flags=(--insecure)
+  cluster_shard_flags=(--insecure)
+  cluster_worker_prefix=("${link_exec[@]}")
+  worker_flags=(--shared_memory=false)
+fi
 cluster_start "$run" "$shards"
-for i in $(seq "$workers"); do cluster_add_worker "$run" "worker-$i"; done
+[ -z "$link" ] || trap 'cluster_stop; link_down' EXIT
+for i in $(seq "$workers"); do
+  cluster_add_worker "$run" "worker-$i" "${worker_flags[@]}"
+done
 cluster_wait_members $((workers + shards))
 results=$run/results.txt
 : > "$results"
@@ -45,6 +63,7 @@ YAML
   done
 done
 cluster_stop
+if [ -n "$link" ]; then link_down; fi
 /usr/bin/python3 - "$results" "$target" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]

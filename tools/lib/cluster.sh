@@ -18,13 +18,15 @@
 # cluster_coordinator_flags to the coordinator only (e.g. --data_root),
 # cluster_shard_flags to the shards only. cluster_host is the address the
 # coordinator and shards listen on (127.0.0.1; another one needs --insecure
-# or TLS in their flags).
+# or TLS in their flags); cluster_worker_prefix runs each fulcrum-worker
+# (e.g. in another network namespace: tools/lib/link.sh).
 cluster_pids=()
 cluster_flags=()
 cluster_ctl_flags=()
 cluster_coordinator_flags=()
 cluster_shard_flags=()
 cluster_host=127.0.0.1
+cluster_worker_prefix=()
 
 cluster_build() {
   bash tools/setup.sh
@@ -78,7 +80,7 @@ cluster_start() {
 cluster_add_worker() {
   local dir=$1 name=$2
   shift 2
-  "$bin/worker/fulcrum-worker" --coordinator="$coord" \
+  "${cluster_worker_prefix[@]}" "$bin/worker/fulcrum-worker" --coordinator="$coord" \
     --metrics_port_file="$dir/$name.metrics_port" "${cluster_flags[@]}" "$@" \
     2>"$dir/$name.log" &
   cluster_pids+=($!)
