@@ -609,7 +609,12 @@ TEST_F(FaultTest, KilledShardHoldingTableRowsRestoresThemAndTheJobFinishes) {
 // epoch.
 TEST_F(FaultTest, ClickModelWorkersJoinAndLeaveWithEverySampleOnce) {
   constexpr int kLines = 6400, kEpochs = 3;
-  ProcessCluster c("churn_rows", ClickCluster());
+  // Steps slowed by 20 ms: the ~560 steps after the kill take seconds, not
+  // the ~1 s the lone worker needed (a fresh-machine run saw the job end
+  // before the added worker had joined).
+  ProcessCluster::Options options = ClickCluster();
+  options.worker_flags.push_back("--inject_step_delay_ms=20");
+  ProcessCluster c("churn_rows", options);
   ASSERT_FALSE(c.address().empty()) << c.Logs();
   const std::string path = ClickJob(
       "churn-rows", kLines, 13,
