@@ -48,19 +48,13 @@ wires=$wire
 [ -n "$baseline" ] && baseline=$(cd "$baseline" && pwd)
 
 source tools/lib/cluster.sh
-on_workers=()  # the prefix that runs a worker (--link: in its namespace)
 if [ -n "$link" ]; then
   if [ "$transports" != tcp ]; then
     echo "--link carries payloads over TCP: use --transports tcp" >&2
     exit 2
   fi
   source tools/lib/link.sh
-  link_up "$link"
-  trap link_down EXIT
-  cluster_host=$link_host
-  cluster_coordinator_flags=(--insecure)
-  cluster_shard_flags=(--insecure)
-  on_workers=("${link_exec[@]}")
+  link_cluster "$link"
 fi
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   apt-get install -y -qq --no-install-recommends python3-torch python3-numpy >/dev/null
@@ -108,7 +102,7 @@ YAML
   local shm=1
   [ "${transport:-shm}" = tcp ] && shm=0
   for i in $(seq "$w"); do
-    FULCRUM_SHARED_MEMORY=$shm "${on_workers[@]}" "$b/bench/exchange_driver" \
+    FULCRUM_SHARED_MEMORY=$shm "${cluster_worker_prefix[@]}" "$b/bench/exchange_driver" \
       --lib="$b/worker/capi/libfulcrum.so" \
       --coordinator="$coord" --job="$job" --floats="$floats" \
       --steps="$n" --warmup="$warmup" \
@@ -129,12 +123,6 @@ run_base() {
   read -r b b10 b90 < <(fulcrum_row "$baseline" "$w" "$mb" "$wire" "$run-base")
 }
 
-# cluster_start's EXIT trap stops the cluster; with --link it also takes
-# the link down.
-link_guard() {
-  if [ -n "$link" ]; then trap 'cluster_stop; link_down' EXIT; fi
-}
-
 row=0
 printf "%-3s %-3s %-5s %-9s %-4s %22s %22s %7s %9s" S W MB wire via \
   "fulcrum us (p10-p90)" "gloo us (p10-p90)" "f/gloo" "of memcpy"
@@ -143,12 +131,12 @@ echo
 for s in $shards; do
   if [ -n "$baseline" ]; then
     bin=$baseline cluster_start "$run-base" "$s"
-    link_guard
+    [ -z "$link" ] || link_guard
     base_coord=$coord
     bin=$baseline cluster_wait_members "$s"
   fi
   bin=$this_bin cluster_start "$run" "$s"
-  link_guard
+  [ -z "$link" ] || link_guard
   this_coord=$coord
   bin=$this_bin cluster_wait_members "$s"
   for w in $workers; do

@@ -28,16 +28,11 @@ if [ -n "$link" ]; then
   # The workers behind a link of $link each way (tools/lib/link.sh), their
   # payloads over TCP through it.
   source tools/lib/link.sh
-  link_up "$link"
-  trap link_down EXIT
-  cluster_host=$link_host
-  cluster_coordinator_flags=(--insecure)
-  cluster_shard_flags=(--insecure)
-  cluster_worker_prefix=("${link_exec[@]}")
+  link_cluster "$link"
   worker_flags=(--shared_memory=false)
 fi
 cluster_start "$run" "$shards"
-[ -z "$link" ] || trap 'cluster_stop; link_down' EXIT
+[ -z "$link" ] || link_guard
 for i in $(seq "$workers"); do
   cluster_add_worker "$run" "worker-$i" "${worker_flags[@]}"
 done

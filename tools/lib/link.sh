@@ -7,6 +7,11 @@
 #   link_up RATE        # e.g. 1gbit, 10gbit; sets link_host and link_exec
 #   "${link_exec[@]}" CMD ...   # runs CMD on the worker side
 #   link_down           # removes the namespace and the pair (idempotent)
+#   link_cluster RATE   # link_up, and tools/lib/cluster.sh on its two sides:
+#                       # coordinator and shards on $link_host (--insecure),
+#                       # workers through cluster_worker_prefix
+#   link_guard          # after cluster_start: stop the cluster and take
+#                       # the link down at exit
 # The shard side listens on $link_host (10.211.0.1); processes there that
 # serve plaintext need --insecure (the address is not loopback).
 link_ns=fulcrum-link
@@ -42,4 +47,17 @@ link_up() {
   tc qdisc add dev fulcrum-l0 root tbf rate "$rate" burst 1mb latency 100ms
   "${link_exec[@]}" tc qdisc add dev fulcrum-l1 root tbf rate "$rate" \
     burst 1mb latency 100ms
+}
+
+link_cluster() {
+  link_up "$1" || return 1
+  trap link_down EXIT
+  cluster_host=$link_host
+  cluster_coordinator_flags+=(--insecure)
+  cluster_shard_flags+=(--insecure)
+  cluster_worker_prefix=("${link_exec[@]}")
+}
+
+link_guard() {
+  trap 'cluster_stop; link_down' EXIT
 }
