@@ -6,14 +6,18 @@
 # step, per thread and per thread name. Voluntary switches are waits that
 # ended (a wake-up each); involuntary ones, preemptions.
 #
-#   bench/wakeups.sh [--seconds 4] [--wire '{topk: 0.01}']
+#   bench/wakeups.sh [--seconds 4] [--wire '{topk: 0.01}'] [--binaries DIR]
+#
+# --binaries: the binaries of another build (a bazel-bin or a copy of one, as
+# bench/binaries_ab.sh takes), to count the wake-ups before a change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=4 wire=""
+seconds=4 wire="" binaries=""
 source tools/lib/flags.sh
-flags_parse seconds wire -- "$@"
+flags_parse seconds wire binaries -- "$@"
 source tools/lib/cluster.sh
 cluster_build
+[ -z "$binaries" ] || bin=$(cd "$binaries" && pwd)
 run=.fulcrum/wakeups
 cluster_start "$run" 2
 shard=${cluster_pids[-1]}

@@ -200,7 +200,11 @@ absl::StatusOr<int64_t> GrpcParameterChannel::Open() {
     s->sender = std::thread([this, raw] { SendLoop(raw); });
   }
   // Initial parameters: every partition answered, all at the same clock.
-  return arrivals_.WaitForAll(absl::Now() + options_.connect_timeout);
+  return arrivals_.WaitForAll(
+      absl::Now() + options_.connect_timeout,
+      [this](int64_t clock, absl::Time deadline) {
+        return ReadRings(clock, deadline);
+      });
 }
 
 void GrpcParameterChannel::ReceiveLoop(Stream* s) {
@@ -225,11 +229,9 @@ void GrpcParameterChannel::ReceiveConnections(Stream* s) {
     }
     if (!sane) {
       conn->context.TryCancel();
-      if (conn->watcher.joinable()) conn->watcher.join();
       conn->rw->Finish().IgnoreError();
       return;
     }
-    if (conn->watcher.joinable()) conn->watcher.join();  // the stream ended
     const grpc::Status status = conn->rw->Finish();
     {
       absl::MutexLock lock(&s->mu);
@@ -272,7 +274,9 @@ void GrpcParameterChannel::ReceiveConnections(Stream* s) {
 absl::Status GrpcParameterChannel::WaitForClock(
     int64_t clock, absl::Time deadline, bool* stop,
     absl::FunctionRef<void(int32_t)> arrived) {
-  RETURN_IF_ERROR(arrivals_.WaitForClock(clock, deadline, stop, arrived));
+  RETURN_IF_ERROR(arrivals_.WaitForClock(
+      clock, deadline, stop, arrived,
+      [this](int64_t c, absl::Time d) { return ReadRings(c, d); }));
   // The step is applied everywhere: nothing of it needs sending again.
   for (auto& st : streams_) {
     absl::MutexLock lock(&st->mu);
@@ -287,6 +291,10 @@ void GrpcParameterChannel::Cancel() {
     absl::MutexLock lock(&s->mu);
     s->cancelled = true;
     if (s->attempt != nullptr) s->attempt->context.TryCancel();
+    // A waiter reading a ring stops at once (arrivals_ says cancelled).
+    // (Its segment is mapped while waiter_reads.)
+    if (s->conn != nullptr && s->conn->waiter_reads.load())
+      s->conn->rings->responses.Wake();
   }
 }
 

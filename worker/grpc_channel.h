@@ -37,7 +37,13 @@
 // the shard to end it, at most `connect_timeout`; then it cancels it.
 //
 // On rings a push is written by the thread that pushes, when nothing is
-// queued or being written on its stream (one wake-up less per push).
+// queued or being written on its stream (one wake-up less per push), and
+// parameters are read from the response ring by the thread that waits for
+// them (WaitForClock, Open): no receiver hop. The receiver then only
+// watches the gRPC stream for its end, and reads what is left in the ring
+// once it ended. A stream on TCP (or a mixed set) wakes the waiter through
+// its receiver as before; a waiter reading one stream's ring sees another
+// stream's TCP arrivals once it has read the message it waits for.
 //
 // Thread safety: as ParameterChannel; the internal threads are owned here
 // (started in Open, joined in Close or the destructor).
@@ -101,9 +107,19 @@ class GrpcParameterChannel : public ParameterChannel {
   // The shard's first message said `rings`: checks that this connection
   // offered them and switches it (false: nonsense, the channel failed).
   bool StartRings(Stream* s, Connection& conn);
-  // Reads the connection's response ring until the shard closes it or the
-  // gRPC stream ends (its watcher thread); false as Receive.
+  // On rings: hands the response ring to the waiting thread, reads the
+  // gRPC stream until it ends, takes the ring back and reads what is left
+  // in it; false as Receive.
   bool ReceiveRings(Stream* s, Connection& conn, bool* answered);
+  // One message read from a response ring: checked and applied (false:
+  // nonsense, the channel failed).
+  bool ApplyRingMessage(Stream* s, Connection& conn,
+                        const v1::StreamResponse& message);
+  // The waiting thread's Arrivals::Pump: reads one message from the
+  // response ring of a stream that owes a partition of `clock` (waiting
+  // for it until `deadline`), or returns false when no such stream is on
+  // rings.
+  bool ReadRings(int64_t clock, absl::Time deadline);
   // One StreamResponse's params and more[] into the parameter buffer.
   bool ApplyMessage(Stream* s, Connection& conn,
                     const v1::StreamResponse& message,

@@ -76,40 +76,107 @@ bool GrpcParameterChannel::ReceiveRings(Stream* s, Connection& conn,
           "shard ", s->shard, " said `rings` but did not map the segment")));
       return false;
     }
+    conn.waiter_reads.store(true);
   }
-  // The gRPC stream now carries only its end; a message there is ignored
-  // (the shard's end follows it).
-  conn.watcher = std::thread([&conn] {
-    ResponseFrame ignored;
-    while (conn.rw->Read(&ignored)) {
-    }
-    conn.grpc_ended.store(true);
-    conn.rings->responses.Wake();
-  });
+  // A wait asleep on the arrivals reads the ring from now on.
+  arrivals_.Poke();
+  // The gRPC stream now carries only its end (the shard's status, a dead
+  // shard, Cancel); a message there is ignored (the shard's end follows).
+  ResponseFrame ignored;
+  while (conn.rw->Read(&ignored)) {
+  }
+  {
+    absl::MutexLock lock(&s->mu);
+    conn.waiter_reads.store(false);
+  }
+  conn.grpc_ended.store(true);
+  conn.rings->responses.Wake();  // a waiter in Read lets go of the ring
+  {
+    absl::MutexLock lock(&s->mu);
+    s->mu.Await(absl::Condition(
+        +[](Connection* c) { return !c->ring_busy; }, &conn));
+  }
+  // What the shard wrote before it ended the stream.
   v1::StreamResponse message;
   for (;;) {
-    // Waits until a message, the shard's close of the ring (its handler
-    // returned) or the gRPC stream's end (Finish says how it ended).
     absl::StatusOr<bool> read = conn.rings->responses.Read(
-        &message, absl::InfiniteFuture(),
-        [&conn] { return conn.grpc_ended.load(); });
+        &message, absl::InfiniteFuture(), [] { return true; });
     if (!read.ok() && read.status().code() == absl::StatusCode::kCancelled)
-      return true;
+      return true;  // empty and still open: a shard that died
     if (!read.ok()) {
       arrivals_.Fail(absl::InternalError(absl::StrCat(
           "shard ", s->shard, "'s response ring: ", read.status().message())));
       return false;
     }
     if (!*read) return true;
-    if (message.rings() || !message.params().has_shm()) {
-      arrivals_.Fail(absl::InternalError(absl::StrCat(
-          "shard ", s->shard, " sent a message through the response ring "
-          "whose parameters are not in the segment, or that says `rings`")));
-      return false;
-    }
-    if (!ApplyMessage(s, conn, message, Payload())) return false;
+    if (!ApplyRingMessage(s, conn, message)) return false;
     *answered = true;
   }
+}
+
+bool GrpcParameterChannel::ApplyRingMessage(
+    Stream* s, Connection& conn, const v1::StreamResponse& message) {
+  if (message.rings() || !message.params().has_shm()) {
+    arrivals_.Fail(absl::InternalError(absl::StrCat(
+        "shard ", s->shard, " sent a message through the response ring "
+        "whose parameters are not in the segment, or that says `rings`")));
+    return false;
+  }
+  return ApplyMessage(s, conn, message, Payload());
+}
+
+bool GrpcParameterChannel::ReadRings(int64_t clock, absl::Time deadline) {
+  // A stream on rings that still owes a partition of `clock`; one with a
+  // message waiting first (a stream that is still on TCP, or whose
+  // connection is being replaced, is its receiver's).
+  Stream* pick = nullptr;
+  std::shared_ptr<Connection> conn;
+  for (auto& st : streams_) {
+    if (!arrivals_.Outstanding(st->partitions, clock)) continue;
+    absl::MutexLock lock(&st->mu);
+    const std::shared_ptr<Connection>& c = st->conn;
+    if (c == nullptr || !c->waiter_reads.load() || c->ring_busy) continue;
+    const bool waiting = c->rings->responses.HasMessage();
+    if (pick == nullptr || waiting) {
+      pick = st.get();
+      conn = c;
+    }
+    if (waiting) break;
+  }
+  if (pick == nullptr) return false;
+  {
+    absl::MutexLock lock(&pick->mu);
+    if (!conn->waiter_reads.load() || conn->ring_busy) return true;  // again
+    conn->ring_busy = true;
+  }
+  v1::StreamResponse& message = pick->waiter_message;
+  absl::StatusOr<bool> read = conn->rings->responses.Read(
+      &message, deadline, [this, &conn] {
+        return conn->grpc_ended.load() || !conn->waiter_reads.load() ||
+               arrivals_.stopped();
+      });
+  bool sane = true;
+  if (!read.ok()) {
+    // CANCELLED: the stream ended or the channel stopped; DEADLINE_EXCEEDED:
+    // the wait's own deadline. The wait looks again either way.
+    const absl::StatusCode code = read.status().code();
+    if (code != absl::StatusCode::kCancelled &&
+        code != absl::StatusCode::kDeadlineExceeded) {
+      arrivals_.Fail(absl::InternalError(
+          absl::StrCat("shard ", pick->shard, "'s response ring: ",
+                       read.status().message())));
+      sane = false;
+    }
+  } else if (!*read) {
+    conn->waiter_reads.store(false);  // the shard's end: its receiver's now
+  } else {
+    sane = ApplyRingMessage(pick, *conn, message);
+  }
+  // The shard sent nonsense: end the stream (its receiver hears it).
+  if (!sane) conn->context.TryCancel();
+  absl::MutexLock lock(&pick->mu);
+  conn->ring_busy = false;
+  return true;
 }
 
 bool GrpcParameterChannel::Apply(Stream* s, Connection& conn,

@@ -46,10 +46,14 @@ struct GrpcParameterChannel::Connection {
   // shm_state leaves kPending): every later message goes through them.
   // Guarded by the stream's mu.
   bool on_rings = false;
-  // On rings: a thread reads the gRPC stream, which now carries only its
-  // end, and wakes the ring's reader when it ends (the shard's status, a
-  // dead shard, Cancel). The receiver joins it before Finish.
-  std::thread watcher;
+  // On rings the thread waiting for parameters (WaitForClock, Open) reads
+  // the response ring itself (ReadRings) while waiter_reads; the receiver
+  // reads the gRPC stream, which now carries only its end, then clears
+  // waiter_reads, wakes the ring, waits until ring_busy is false and reads
+  // what is left in the ring itself before Finish. grpc_ended: the gRPC
+  // stream ended (the ring's reads and writes stop waiting).
+  std::atomic<bool> waiter_reads{false};
+  bool ring_busy = false;  // a ring Read in progress; guarded by stream's mu
   std::atomic<bool> grpc_ended{false};
 };
 
@@ -61,7 +65,11 @@ struct GrpcParameterChannel::Stream {
   // stream's), and the region's size (4 bytes an element, each side).
   std::vector<int64_t> grad_slot;
   int64_t region_bytes = 0;
-  bool shm_warned = false;  // receiver thread only
+  // Receiver thread only (set while shm_state is kPending, before any
+  // ring message).
+  bool shm_warned = false;
+  // The waiting thread's message, reused (ReadRings).
+  v1::StreamResponse waiter_message;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<grpc::internal::RpcMethod> method;  // Stream, with frames
   std::thread sender, receiver;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace fulcrum {
 
@@ -23,6 +24,7 @@ void Arrivals::Received(int32_t partition, int64_t count, int64_t clock,
   received_[partition] = 0;
   clock_[partition] = clock;
   stop_[partition] = stop;
+  ++changes_;
   changed_.SignalAll();
 }
 
@@ -34,13 +36,52 @@ void Arrivals::Restart(const std::vector<int32_t>& partitions) {
 void Arrivals::Fail(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   if (error_.ok()) error_ = status;
+  stopped_.store(true, std::memory_order_release);
+  ++changes_;
   changed_.SignalAll();
 }
 
 void Arrivals::Cancel() {
   absl::MutexLock lock(&mu_);
   cancelled_ = true;
+  stopped_.store(true, std::memory_order_release);
+  ++changes_;
   changed_.SignalAll();
+}
+
+void Arrivals::Poke() {
+  absl::MutexLock lock(&mu_);
+  ++changes_;
+  changed_.SignalAll();
+}
+
+bool Arrivals::Outstanding(const std::vector<int32_t>& ids,
+                           int64_t clock) const {
+  absl::MutexLock lock(&mu_);
+  for (int32_t id : ids) {
+    if (clock_[id] < clock || clock_[id] < 0) return true;
+  }
+  return false;
+}
+
+absl::Status Arrivals::Await(absl::FunctionRef<bool()> ready, int64_t clock,
+                             absl::Time deadline, const Pump* pump,
+                             absl::FunctionRef<absl::Status()> too_late) {
+  for (;;) {
+    if (!error_.ok()) return error_;
+    if (cancelled_) return absl::CancelledError("cancelled");
+    if (ready()) return absl::OkStatus();
+    if (pump != nullptr && absl::Now() < deadline) {
+      const uint64_t seen = changes_;
+      mu_.Unlock();
+      const bool pumped = (*pump)(clock, deadline);
+      mu_.Lock();
+      // A change the pump did not see (a Poke while it found nothing)
+      // must not be slept through.
+      if (pumped || changes_ != seen) continue;
+    }
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return too_late();
+  }
 }
 
 absl::Status Arrivals::error() const {
@@ -49,28 +90,49 @@ absl::Status Arrivals::error() const {
 }
 
 absl::StatusOr<int64_t> Arrivals::WaitForAll(absl::Time deadline) {
+  return WaitAll(deadline, nullptr);
+}
+
+absl::StatusOr<int64_t> Arrivals::WaitForAll(absl::Time deadline, Pump pump) {
+  return WaitAll(deadline, &pump);
+}
+
+absl::StatusOr<int64_t> Arrivals::WaitAll(absl::Time deadline,
+                                          const Pump* pump) {
   absl::MutexLock lock(&mu_);
-  for (;;) {
-    if (!error_.ok()) return error_;
-    if (cancelled_) return absl::CancelledError("cancelled");
-    const auto [lo, hi] = std::minmax_element(clock_.begin(), clock_.end());
-    if (lo != clock_.end() && *lo >= 0) {
-      if (*lo != *hi) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "shards disagree on the starting clock (", *lo, " vs ", *hi, ")"));
-      }
-      return *lo;
-    }
-    if (changed_.WaitWithDeadline(&mu_, deadline)) {
-      return absl::DeadlineExceededError(
-          "timed out waiting for initial parameters");
-    }
+  RETURN_IF_ERROR(Await(
+      [this] {
+        return *std::min_element(clock_.begin(), clock_.end()) >= 0;
+      },
+      0, deadline, pump, [] {
+        return absl::DeadlineExceededError(
+            "timed out waiting for initial parameters");
+      }));
+  const auto [lo, hi] = std::minmax_element(clock_.begin(), clock_.end());
+  if (*lo != *hi) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shards disagree on the starting clock (", *lo, " vs ", *hi, ")"));
   }
+  return *lo;
 }
 
 absl::Status Arrivals::WaitForClock(int64_t clock, absl::Time deadline,
                                     bool* stop,
                                     absl::FunctionRef<void(int32_t)> arrived) {
+  return WaitClock(clock, deadline, stop, arrived, nullptr);
+}
+
+absl::Status Arrivals::WaitForClock(int64_t clock, absl::Time deadline,
+                                    bool* stop,
+                                    absl::FunctionRef<void(int32_t)> arrived,
+                                    Pump pump) {
+  return WaitClock(clock, deadline, stop, arrived, &pump);
+}
+
+absl::Status Arrivals::WaitClock(int64_t clock, absl::Time deadline,
+                                 bool* stop,
+                                 absl::FunctionRef<void(int32_t)> arrived,
+                                 const Pump* pump) {
   const int32_t parts = static_cast<int32_t>(handed_.size());
   std::fill(handed_.begin(), handed_.end(), 0);
   int32_t handed = 0;
@@ -78,18 +140,17 @@ absl::Status Arrivals::WaitForClock(int64_t clock, absl::Time deadline,
     ready_.clear();
     {
       absl::MutexLock lock(&mu_);
-      for (;;) {
-        if (!error_.ok()) return error_;
-        if (cancelled_) return absl::CancelledError("cancelled");
-        for (int32_t id = 0; id < parts; ++id) {
-          if (!handed_[id] && clock_[id] >= clock) ready_.push_back(id);
-        }
-        if (!ready_.empty()) break;
-        if (changed_.WaitWithDeadline(&mu_, deadline)) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "timed out waiting for the parameters of step ", clock));
-        }
-      }
+      RETURN_IF_ERROR(Await(
+          [&] {
+            for (int32_t id = 0; id < parts; ++id) {
+              if (!handed_[id] && clock_[id] >= clock) ready_.push_back(id);
+            }
+            return !ready_.empty();
+          },
+          clock, deadline, pump, [clock] {
+            return absl::DeadlineExceededError(absl::StrCat(
+                "timed out waiting for the parameters of step ", clock));
+          }));
     }
     for (int32_t id : ready_) {
       handed_[id] = 1;

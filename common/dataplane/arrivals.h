@@ -3,11 +3,16 @@
 // partitions that are whole, the channel's first error, and the waits on
 // them.
 //
+// A wait may be given a Pump: the waiting thread then reads arrivals
+// itself (a channel whose training thread reads its shared-memory rings)
+// instead of sleeping until another thread calls Received.
+//
 // Thread safety: every method is safe to call concurrently, except that
 // WaitForClock is called by one thread at a time (it keeps scratch state).
 #ifndef FULCRUM_COMMON_DATAPLANE_ARRIVALS_H_
 #define FULCRUM_COMMON_DATAPLANE_ARRIVALS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -22,6 +27,14 @@ namespace fulcrum {
 
 class Arrivals {
  public:
+  // What a waiter may do instead of sleeping, called without the lock with
+  // the wait's clock (WaitForAll: 0, any version) and deadline: read and
+  // apply what arrived (calling Received), waiting for it at most until
+  // the deadline. true: it read or tried - the wait checks again and calls
+  // it again; false: it has nothing to read, and the wait sleeps until
+  // Received, Fail, Cancel or Poke.
+  using Pump = absl::FunctionRef<bool(int64_t clock, absl::Time deadline)>;
+
   // `layout` is not owned and must outlive this.
   explicit Arrivals(const ParameterLayout* layout);
 
@@ -35,18 +48,45 @@ class Arrivals {
   // The channel failed: every wait returns `status` (the first one kept).
   void Fail(const absl::Status& status);
   void Cancel();
+  // Something a Pump reads from changed (a connection's rings became
+  // readable): a sleeping wait asks its pump again.
+  void Poke();
+  // Failed or cancelled (a pump's reads stop waiting); no lock.
+  bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+  // Whether some partition in `ids` is not yet whole at `clock` or later.
+  bool Outstanding(const std::vector<int32_t>& ids, int64_t clock) const;
 
   // Waits until every partition arrived once; returns their common clock
   // (FAILED_PRECONDITION when shards disagree).
   absl::StatusOr<int64_t> WaitForAll(absl::Time deadline);
+  absl::StatusOr<int64_t> WaitForAll(absl::Time deadline, Pump pump);
   // See ParameterChannel::WaitForClock.
   absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop,
                             absl::FunctionRef<void(int32_t)> arrived);
+  absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop,
+                            absl::FunctionRef<void(int32_t)> arrived,
+                            Pump pump);
   absl::Status error() const;
 
  private:
+  absl::StatusOr<int64_t> WaitAll(absl::Time deadline, const Pump* pump);
+  absl::Status WaitClock(int64_t clock, absl::Time deadline, bool* stop,
+                         absl::FunctionRef<void(int32_t)> arrived,
+                         const Pump* pump);
+  // Until a partition is ready (the caller's `ready`, checked under the
+  // lock after the channel's error and cancellation), the deadline, or a
+  // failure; sleeps or pumps in between.
+  absl::Status Await(absl::FunctionRef<bool()> ready, int64_t clock,
+                     absl::Time deadline, const Pump* pump,
+                     absl::FunctionRef<absl::Status()> too_late)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const ParameterLayout* const layout_;  // Not owned.
   mutable absl::Mutex mu_;
+  // Every change a wait may be waiting for: Received (whole), Fail,
+  // Cancel, Poke. A pumping wait sleeps only if none came since it looked.
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> stopped_{false};
   absl::CondVar changed_;
   std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);     // -1: never whole
   std::vector<int64_t> received_ ABSL_GUARDED_BY(mu_);  // of the next one
