@@ -19,11 +19,7 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
       warmup_steps_(std::max<int64_t>(0, warmup_steps)),
       momentum_(topk > 0 ? momentum : 0.0f) {
   const int64_t total = layout_->total_size();
-  if (!sparse()) {
-    if (encoding_ != WireEncoding::kFp32)
-      encoded_.resize(static_cast<size_t>(total) * ElementBytes(encoding_));
-    return;
-  }
+  if (!sparse()) return;  // encoded_: at its first use
   for (const Partition& p : layout_->partitions()) {
     first_chunk_.push_back(static_cast<int64_t>(chunks_.size()));
     for (int64_t at = 0; at < p.size; at += chunk_elems_) {
@@ -81,7 +77,14 @@ GradientEncoder::Chunk GradientEncoder::Encode(int32_t partition,
   if (encoding_ == WireEncoding::kFp32)
     return {reinterpret_cast<const char*>(g), static_cast<size_t>(n) * 4, {}};
   const int width = ElementBytes(encoding_);
-  char* e = room != nullptr ? room : encoded_.data() + begin * width;
+  char* e = room;
+  if (e == nullptr) {
+    absl::call_once(encoded_once_, [this, width] {
+      encoded_bytes_ = static_cast<size_t>(layout_->total_size()) * width;
+      encoded_.reset(new char[encoded_bytes_]);
+    });
+    e = encoded_.get() + begin * width;
+  }
   EncodeRun(encoding_, g, n, e);
   return {e, static_cast<size_t>(n) * width, {}};
 }

@@ -27,7 +27,8 @@
 // Memory: with topk, two floats per model element (the residual, and as
 // it was before the step; two more with momentum correction) plus each chunk's last encoding (~topk x 8 bytes
 // per element); without, a buffer of the encoded gradient when it is not
-// fp32.
+// fp32, allocated at the first chunk encoded without a `room` (a worker
+// whose chunks all go into shared-memory slots never allocates it).
 //
 // Thread safety: Encode may run for different chunks on different threads
 // at once (each channel stream sends its own partitions); one chunk is
@@ -36,7 +37,10 @@
 #define FULCRUM_COMMON_DATAPLANE_GRADIENT_ENCODER_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "absl/base/call_once.h"
 
 #include "absl/strings/string_view.h"
 #include "common/dataplane/payload.h"
@@ -66,6 +70,9 @@ class GradientEncoder {
   WireEncoding encoding() const { return encoding_; }
   bool sparse() const { return topk_ > 0; }
   int64_t chunk_elems() const { return chunk_elems_; }
+  // The bytes of the dense buffer allocated so far (0 until a chunk is
+  // encoded without a room; tests: read on the thread that encoded).
+  size_t dense_buffer_bytes() const { return encoded_bytes_; }
 
   struct Chunk {
     const char* data = nullptr;  // elements in encoding()
@@ -111,7 +118,11 @@ class GradientEncoder {
   const double topk_;
   const int64_t warmup_steps_;
   const float momentum_;
-  std::vector<char> encoded_;  // dense, not fp32: by flat element
+  // Dense, not fp32: chunks encoded without a room, by flat element;
+  // allocated once, at the first (Encode runs on several threads).
+  absl::once_flag encoded_once_;
+  std::unique_ptr<char[]> encoded_;
+  size_t encoded_bytes_ = 0;  // set with encoded_
   // Sparse: per chunk (first_chunk_[partition] + offset / chunk_elems).
   std::vector<int64_t> first_chunk_;
   std::vector<Sparse> chunks_;

@@ -40,9 +40,20 @@ TEST(GradientEncoderTest, DenseFp32LeavesFromTheGradientItself) {
   EXPECT_TRUE(enc.residual().empty());
 
   GradientEncoder bf16(&layout, 4, WireEncoding::kBf16);
+  // Into the caller's room (a shared-memory slot): no buffer of its own.
+  char room[8];
+  const GradientEncoder::Chunk r = bf16.Encode(0, 4, 4, g.data(), 0, 1, room);
+  EXPECT_EQ(r.data, room);
+  EXPECT_EQ(Values(r, WireEncoding::kBf16), std::vector<float>(4, 1.5f));
+  EXPECT_EQ(bf16.dense_buffer_bytes(), 0u);
+  // Without a room: the whole model's buffer, once, at the first use.
   const GradientEncoder::Chunk b = bf16.Encode(0, 8, 4, g.data(), 0, 1);
   EXPECT_EQ(b.bytes, 8u);
   EXPECT_EQ(Values(b, WireEncoding::kBf16), std::vector<float>(4, 1.5f));
+  EXPECT_EQ(bf16.dense_buffer_bytes(), 17u * 2);
+  const GradientEncoder::Chunk b2 = bf16.Encode(0, 0, 4, g.data(), 0, 1);
+  EXPECT_EQ(b2.data + 8 * 2, b.data) << "one buffer, by flat element";
+  EXPECT_EQ(bf16.dense_buffer_bytes(), 17u * 2);
 }
 
 // topk 0.5 of a chunk of 4: the two largest |a|, ascending positions; the
