@@ -1,5 +1,8 @@
 #include "common/dataplane/payload.h"
 
+#include <cstring>
+#include <type_traits>
+
 #include "absl/strings/str_cat.h"
 
 #if defined(__SSE2__)
@@ -101,6 +104,18 @@ void SetScaledT(const char* src, int64_t n, float wt, float* dst) {
     dst[i] = DecodeOne<E>(src + w * i) * wt + 0.0f;
 }
 
+// kernel(std::integral_constant<WireEncoding, E>) for e's E: each run
+// function below is one loop, compiled once per encoding.
+template <typename Kernel>
+void ByEncoding(WireEncoding e, Kernel&& kernel) {
+  using E = WireEncoding;
+  switch (e) {
+    case E::kFp32: return kernel(std::integral_constant<E, E::kFp32>{});
+    case E::kBf16: return kernel(std::integral_constant<E, E::kBf16>{});
+    case E::kFp16: return kernel(std::integral_constant<E, E::kFp16>{});
+  }
+}
+
 }  // namespace
 
 const char* EncodingName(WireEncoding e) {
@@ -138,29 +153,21 @@ uint16_t FloatToFp16(float f) { return ToFp16(f); }
 float Fp16ToFloat(uint16_t h) { return FromFp16(h); }
 
 void DecodeRun(WireEncoding e, const char* src, int64_t n, float* dst) {
-  switch (e) {
-    case WireEncoding::kFp32: std::memcpy(dst, src, 4 * n); return;
-    case WireEncoding::kBf16: DecodeT<WireEncoding::kBf16>(src, n, dst); return;
-    case WireEncoding::kFp16: DecodeT<WireEncoding::kFp16>(src, n, dst); return;
+  if (e == WireEncoding::kFp32) {
+    std::memcpy(dst, src, 4 * n);
+    return;
   }
+  ByEncoding(e, [&](auto enc) { DecodeT<enc()>(src, n, dst); });
 }
 
 void SetScaledRun(WireEncoding e, const char* src, int64_t n, float w,
                   float* dst) {
-  switch (e) {
-    case WireEncoding::kFp32: SetScaledT<WireEncoding::kFp32>(src, n, w, dst); return;
-    case WireEncoding::kBf16: SetScaledT<WireEncoding::kBf16>(src, n, w, dst); return;
-    case WireEncoding::kFp16: SetScaledT<WireEncoding::kFp16>(src, n, w, dst); return;
-  }
+  ByEncoding(e, [&](auto enc) { SetScaledT<enc()>(src, n, w, dst); });
 }
 
 void AddScaledRun(WireEncoding e, const char* src, int64_t n, float w,
                   float* acc) {
-  switch (e) {
-    case WireEncoding::kFp32: AddScaledT<WireEncoding::kFp32>(src, n, w, acc); return;
-    case WireEncoding::kBf16: AddScaledT<WireEncoding::kBf16>(src, n, w, acc); return;
-    case WireEncoding::kFp16: AddScaledT<WireEncoding::kFp16>(src, n, w, acc); return;
-  }
+  ByEncoding(e, [&](auto enc) { AddScaledT<enc()>(src, n, w, acc); });
 }
 
 uint8_t MaxExponentRun(WireEncoding e, const char* src, int64_t n) {
