@@ -59,22 +59,22 @@ bool Arrivals::Outstanding(const std::vector<int32_t>& ids,
                            int64_t clock) const {
   absl::MutexLock lock(&mu_);
   for (int32_t id : ids) {
-    if (clock_[id] < clock || clock_[id] < 0) return true;
+    if (clock_[id] < clock) return true;  // -1 (never whole) < any clock
   }
   return false;
 }
 
 absl::Status Arrivals::Await(absl::FunctionRef<bool()> ready, int64_t clock,
-                             absl::Time deadline, const Pump* pump,
+                             absl::Time deadline, Pump pump,
                              absl::FunctionRef<absl::Status()> too_late) {
   for (;;) {
     if (!error_.ok()) return error_;
     if (cancelled_) return absl::CancelledError("cancelled");
     if (ready()) return absl::OkStatus();
-    if (pump != nullptr && absl::Now() < deadline) {
+    if (absl::Now() < deadline) {
       const uint64_t seen = changes_;
       mu_.Unlock();
-      const bool pumped = (*pump)(clock, deadline);
+      const bool pumped = pump(clock, deadline);
       mu_.Lock();
       // A change the pump did not see (a Poke while it found nothing)
       // must not be slept through.
@@ -89,16 +89,7 @@ absl::Status Arrivals::error() const {
   return error_;
 }
 
-absl::StatusOr<int64_t> Arrivals::WaitForAll(absl::Time deadline) {
-  return WaitAll(deadline, nullptr);
-}
-
 absl::StatusOr<int64_t> Arrivals::WaitForAll(absl::Time deadline, Pump pump) {
-  return WaitAll(deadline, &pump);
-}
-
-absl::StatusOr<int64_t> Arrivals::WaitAll(absl::Time deadline,
-                                          const Pump* pump) {
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(Await(
       [this] {
@@ -118,21 +109,8 @@ absl::StatusOr<int64_t> Arrivals::WaitAll(absl::Time deadline,
 
 absl::Status Arrivals::WaitForClock(int64_t clock, absl::Time deadline,
                                     bool* stop,
-                                    absl::FunctionRef<void(int32_t)> arrived) {
-  return WaitClock(clock, deadline, stop, arrived, nullptr);
-}
-
-absl::Status Arrivals::WaitForClock(int64_t clock, absl::Time deadline,
-                                    bool* stop,
                                     absl::FunctionRef<void(int32_t)> arrived,
                                     Pump pump) {
-  return WaitClock(clock, deadline, stop, arrived, &pump);
-}
-
-absl::Status Arrivals::WaitClock(int64_t clock, absl::Time deadline,
-                                 bool* stop,
-                                 absl::FunctionRef<void(int32_t)> arrived,
-                                 const Pump* pump) {
   const int32_t parts = static_cast<int32_t>(handed_.size());
   std::fill(handed_.begin(), handed_.end(), 0);
   int32_t handed = 0;

@@ -56,28 +56,25 @@ class Arrivals {
   // Whether some partition in `ids` is not yet whole at `clock` or later.
   bool Outstanding(const std::vector<int32_t>& ids, int64_t clock) const;
 
+  // The pump of a wait that only sleeps.
+  static bool NoPump(int64_t, absl::Time) { return false; }
+
   // Waits until every partition arrived once; returns their common clock
   // (FAILED_PRECONDITION when shards disagree).
-  absl::StatusOr<int64_t> WaitForAll(absl::Time deadline);
-  absl::StatusOr<int64_t> WaitForAll(absl::Time deadline, Pump pump);
+  absl::StatusOr<int64_t> WaitForAll(absl::Time deadline,
+                                     Pump pump = NoPump);
   // See ParameterChannel::WaitForClock.
   absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop,
-                            absl::FunctionRef<void(int32_t)> arrived);
-  absl::Status WaitForClock(int64_t clock, absl::Time deadline, bool* stop,
                             absl::FunctionRef<void(int32_t)> arrived,
-                            Pump pump);
+                            Pump pump = NoPump);
   absl::Status error() const;
 
  private:
-  absl::StatusOr<int64_t> WaitAll(absl::Time deadline, const Pump* pump);
-  absl::Status WaitClock(int64_t clock, absl::Time deadline, bool* stop,
-                         absl::FunctionRef<void(int32_t)> arrived,
-                         const Pump* pump);
   // Until a partition is ready (the caller's `ready`, checked under the
   // lock after the channel's error and cancellation), the deadline, or a
   // failure; sleeps or pumps in between.
   absl::Status Await(absl::FunctionRef<bool()> ready, int64_t clock,
-                     absl::Time deadline, const Pump* pump,
+                     absl::Time deadline, Pump pump,
                      absl::FunctionRef<absl::Status()> too_late)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

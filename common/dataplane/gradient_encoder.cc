@@ -80,8 +80,8 @@ GradientEncoder::Chunk GradientEncoder::Encode(int32_t partition,
   char* e = room;
   if (e == nullptr) {
     absl::call_once(encoded_once_, [this, width] {
-      encoded_bytes_ = static_cast<size_t>(layout_->total_size()) * width;
-      encoded_.reset(new char[encoded_bytes_]);
+      encoded_.reset(
+          new char[static_cast<size_t>(layout_->total_size()) * width]);
     });
     e = encoded_.get() + begin * width;
   }

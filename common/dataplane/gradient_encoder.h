@@ -72,7 +72,11 @@ class GradientEncoder {
   int64_t chunk_elems() const { return chunk_elems_; }
   // The bytes of the dense buffer allocated so far (0 until a chunk is
   // encoded without a room; tests: read on the thread that encoded).
-  size_t dense_buffer_bytes() const { return encoded_bytes_; }
+  size_t dense_buffer_bytes() const {
+    return encoded_ == nullptr ? 0
+                               : static_cast<size_t>(layout_->total_size()) *
+                                     ElementBytes(encoding_);
+  }
 
   struct Chunk {
     const char* data = nullptr;  // elements in encoding()
@@ -122,7 +126,6 @@ class GradientEncoder {
   // allocated once, at the first (Encode runs on several threads).
   absl::once_flag encoded_once_;
   std::unique_ptr<char[]> encoded_;
-  size_t encoded_bytes_ = 0;  // set with encoded_
   // Sparse: per chunk (first_chunk_[partition] + offset / chunk_elems).
   std::vector<int64_t> first_chunk_;
   std::vector<Sparse> chunks_;
