@@ -73,7 +73,7 @@ class ArrivalAggregator : public Aggregator {
     }
     p.tracker.ClearMember(member);
     ++a.member_step[member];
-    p.changed.SignalAll();
+    p.Changed();
     return PushOutcome::kCompleted;
   }
 

@@ -15,16 +15,18 @@ ClockTable::ClockTable(int members, int partitions_here, int64_t generation)
       generation_(generation) {}
 
 void ClockTable::Reset(int members, int64_t clock, int64_t generation) {
+  DeferredCalls scope;  // before the lock: callbacks run after it
   absl::MutexLock lock(&mu_);
   clock_.assign(members, clock);
   parts_done_.assign(members, 0);
   finished_.assign(members, 0);
   removed_.assign(members, 0);
   generation_ = generation;
-  changed_.SignalAll();
+  Changed();
 }
 
 bool ClockTable::PartitionDone(int member, int64_t step, int64_t generation) {
+  DeferredCalls scope;  // before the lock: callbacks run after it
   absl::MutexLock lock(&mu_);
   if (Stale(generation) || member >= static_cast<int>(clock_.size()))
     return false;
@@ -32,7 +34,7 @@ bool ClockTable::PartitionDone(int member, int64_t step, int64_t generation) {
   if (++parts_done_[member] < partitions_here_) return false;
   parts_done_[member] = 0;
   clock_[member] = step + 1;
-  changed_.SignalAll();
+  Changed();
   return true;
 }
 
@@ -54,17 +56,19 @@ int64_t ClockTable::MaxClock() const {
 }
 
 void ClockTable::Finish(int member, int64_t generation) {
+  DeferredCalls scope;  // before the lock: callbacks run after it
   absl::MutexLock lock(&mu_);
   if (Stale(generation) || member >= static_cast<int>(clock_.size())) return;
   finished_[member] = 1;
-  changed_.SignalAll();
+  Changed();
 }
 
 void ClockTable::Remove(int member) {
+  DeferredCalls scope;  // before the lock: callbacks run after it
   absl::MutexLock lock(&mu_);
   if (member >= static_cast<int>(removed_.size())) return;
   removed_[member] = 1;
-  changed_.SignalAll();
+  Changed();
 }
 
 int ClockTable::ActiveMembers() const {
@@ -80,12 +84,33 @@ int64_t ClockTable::MinClockLocked() const {
   return lo;
 }
 
+std::optional<absl::StatusOr<int64_t>> ClockTable::ReadOutcome(
+    int64_t c, int64_t bound, int64_t generation) {
+  if (ended_) return absl::AbortedError("job ended");
+  if (Stale(generation)) {
+    return absl::AbortedError(absl::StrCat(
+        "generation ", generation, " ended: the job is at generation ",
+        generation_, "; re-join"));
+  }
+  const int64_t lo = MinClockLocked();
+  if (bound >= 0 && lo < c - bound) return std::nullopt;
+  const int64_t staleness = lo == INT64_MAX ? 0 : std::max<int64_t>(0, c - lo);
+  stats_.counts[std::min<int64_t>(staleness, StalenessStats::kBuckets - 1)]++;
+  stats_.reads++;
+  stats_.sum += staleness;
+  stats_.max = std::max(stats_.max, staleness);
+  return staleness;
+}
+
 absl::StatusOr<int64_t> ClockTable::WaitForRead(
     int64_t c, int64_t bound, absl::Time deadline,
     const std::function<bool()>& cancelled, int64_t generation) {
   absl::MutexLock lock(&mu_);
-  while (bound >= 0 && MinClockLocked() < c - bound && !ended_ &&
-         !Stale(generation)) {
+  for (;;) {
+    if (std::optional<absl::StatusOr<int64_t>> r =
+            ReadOutcome(c, bound, generation)) {
+      return *std::move(r);
+    }
     if (cancelled && cancelled())
       return absl::CancelledError("stream cancelled");
     const absl::Time now = absl::Now();
@@ -97,19 +122,28 @@ absl::StatusOr<int64_t> ClockTable::WaitForRead(
     changed_.WaitWithDeadline(
         &mu_, std::min(deadline, now + absl::Milliseconds(100)));
   }
-  if (ended_) return absl::AbortedError("job ended");
-  if (Stale(generation)) {
-    return absl::AbortedError(absl::StrCat(
-        "generation ", generation, " ended: the job is at generation ",
-        generation_, "; re-join"));
+}
+
+std::optional<absl::StatusOr<int64_t>> ClockTable::OnRead(
+    int64_t c, int64_t bound, int64_t generation,
+    std::function<void(absl::StatusOr<int64_t>)> done, uint64_t* id) {
+  absl::MutexLock lock(&mu_);
+  if (std::optional<absl::StatusOr<int64_t>> r =
+          ReadOutcome(c, bound, generation)) {
+    return r;
   }
-  const int64_t lo = MinClockLocked();
-  const int64_t staleness = lo == INT64_MAX ? 0 : std::max<int64_t>(0, c - lo);
-  stats_.counts[std::min<int64_t>(staleness, StalenessStats::kBuckets - 1)]++;
-  stats_.reads++;
-  stats_.sum += staleness;
-  stats_.max = std::max(stats_.max, staleness);
-  return staleness;
+  *id = waits_.Add(
+      [this, c, bound, generation] {
+        mu_.AssertHeld();
+        return ReadOutcome(c, bound, generation);
+      },
+      std::move(done));
+  return std::nullopt;
+}
+
+bool ClockTable::CancelRead(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  return waits_.Cancel(id);
 }
 
 StalenessStats ClockTable::Stats() const {
@@ -118,9 +152,10 @@ StalenessStats ClockTable::Stats() const {
 }
 
 void ClockTable::End() {
+  DeferredCalls scope;  // before the lock: callbacks run after it
   absl::MutexLock lock(&mu_);
   ended_ = true;
-  changed_.SignalAll();
+  Changed();
 }
 
 }  // namespace fulcrum

@@ -8,18 +8,22 @@
 // sync reads come after the barrier (staleness 0); ssp(s) waits with
 // bound s; async does not wait (unbounded).
 //
-// Thread safety: all methods are safe to call concurrently.
+// Thread safety: all methods are safe to call concurrently. A method that
+// changes clocks runs the OnRead callbacks it decides after releasing the
+// table's lock (deferred_calls.h), on its own thread.
 #ifndef FULCRUM_SERVER_PS_CLOCKS_H_
 #define FULCRUM_SERVER_PS_CLOCKS_H_
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/concurrency/wait_list.h"
 
 namespace fulcrum {
 
@@ -63,11 +67,29 @@ class ClockTable {
                                       absl::Time deadline,
                                       const std::function<bool()>& cancelled,
                                       int64_t generation = -1);
+  // WaitForRead without blocking (the callback stream service): the
+  // outcome when decided now (`done` is not called); otherwise `done` runs
+  // once with it, on the thread whose change decided it, unless
+  // CancelRead(*id) returns true first. No deadline: the caller keeps one.
+  std::optional<absl::StatusOr<int64_t>> OnRead(
+      int64_t c, int64_t bound, int64_t generation,
+      std::function<void(absl::StatusOr<int64_t>)> done, uint64_t* id);
+  // True when the read was still waiting (its callback never runs).
+  bool CancelRead(uint64_t id);
   StalenessStats Stats() const;
   void End();
 
  private:
   int64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A read's outcome now (recording its staleness), nullopt: it waits.
+  std::optional<absl::StatusOr<int64_t>> ReadOutcome(int64_t c, int64_t bound,
+                                                     int64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes the blocked reads and decides the waiting ones.
+  void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    changed_.SignalAll();
+    waits_.Changed();
+  }
   bool Stale(int64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return generation >= 0 && generation != generation_;
   }
@@ -75,6 +97,7 @@ class ClockTable {
   const int partitions_here_;
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
+  WaitList<absl::StatusOr<int64_t>> waits_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);
   std::vector<int> parts_done_ ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> finished_ ABSL_GUARDED_BY(mu_);

@@ -80,5 +80,34 @@ TEST(ClockTableTest, EndAndCancelStopWaits) {
   ender.join();
 }
 
+TEST(ClockTableTest, OnReadIsDecidedByTheChangeThatAllowsIt) {
+  ClockTable t(2, 1);
+  std::vector<absl::StatusOr<int64_t>> got;
+  auto done = [&](absl::StatusOr<int64_t> r) { got.push_back(r); };
+  uint64_t id = 0;
+  // ssp(1): a read at clock 2 waits until both members reach clock 1.
+  EXPECT_FALSE(t.OnRead(2, 1, -1, done, &id).has_value());
+  t.PartitionDone(0, 0);
+  EXPECT_TRUE(got.empty());
+  t.PartitionDone(1, 0);  // decides it before returning
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_EQ(*got[0], 1);  // staleness recorded as for WaitForRead
+  EXPECT_EQ(t.Stats().reads, 1);
+  // Allowed now: returned, not called back.
+  std::optional<absl::StatusOr<int64_t>> now = t.OnRead(2, 1, -1, done, &id);
+  ASSERT_TRUE(now.has_value() && now->ok());
+  EXPECT_EQ(got.size(), 1u);
+  // Cancelled: never called; pending at End: ABORTED.
+  uint64_t cancelled = 0;
+  EXPECT_FALSE(t.OnRead(9, 0, -1, done, &cancelled).has_value());
+  EXPECT_TRUE(t.CancelRead(cancelled));
+  EXPECT_FALSE(t.OnRead(9, 0, -1, done, &id).has_value());
+  t.End();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].status().code(), absl::StatusCode::kAborted);
+  EXPECT_FALSE(t.CancelRead(id));
+}
+
 }  // namespace
 }  // namespace fulcrum

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/concurrency/deferred_calls.h"
 #include "common/config/job_spec.h"
 #include "common/config/model_layout.h"
 #include "common/status/payloads.h"
@@ -218,6 +219,7 @@ int64_t JobShard::PartitionSize(int32_t partition) const {
 
 absl::StatusOr<PushOutcome> JobShard::Push(absl::Span<const int> members,
                                            const PushChunk& c) {
+  DeferredCalls scope;  // OnVersion callbacks run after the locks
   PartitionState* p = Find(c.partition);
   if (p == nullptr) {
     return absl::InvalidArgumentError(
@@ -305,6 +307,28 @@ bool JobShard::HasVersion(int32_t partition, int64_t version,
   return p->version >= version && p->generation == generation;
 }
 
+std::optional<absl::Status> JobShard::VersionOutcome(
+    const PartitionState& p, int32_t partition, int64_t version,
+    int64_t generation, absl::Span<const int> members) const {
+  if (p.generation != generation)
+    return StaleGeneration(init_.job_id, generation, p.generation);
+  if (p.version >= version) return absl::OkStatus();
+  if (p.ended)
+    return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
+  const PartitionState::Rejected& r = p.rejected;
+  if (r.held && r.step < version &&
+      std::find(members.begin(), members.end(), r.member) != members.end()) {
+    return RefusedUpdateError(
+        absl::StrCat(
+            "push.data of step ", r.step, ": the update of partition ",
+            partition, " would have made values non-finite and was not "
+            "applied; this worker's push held the largest element (at least ",
+            r.largest, ")"),
+        r.step);
+  }
+  return std::nullopt;
+}
+
 absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
                                       int64_t generation, absl::Time deadline,
                                       const std::function<bool()>& cancelled,
@@ -314,17 +338,10 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
     return absl::InvalidArgumentError(
         absl::StrCat("partition ", partition, " not held here"));
   absl::MutexLock lock(&p->mu);
-  while (p->version < version && !p->ended && p->generation == generation) {
-    const PartitionState::Rejected& r = p->rejected;
-    if (r.held && r.step < version &&
-        std::find(members.begin(), members.end(), r.member) != members.end()) {
-      return RefusedUpdateError(
-          absl::StrCat(
-              "push.data of step ", r.step, ": the update of partition ",
-              partition, " would have made values non-finite and was not "
-              "applied; this worker's push held the largest element (at least ",
-              r.largest, ")"),
-          r.step);
+  for (;;) {
+    if (std::optional<absl::Status> s =
+            VersionOutcome(*p, partition, version, generation, members)) {
+      return *s;
     }
     if (cancelled && cancelled())
       return absl::CancelledError("stream cancelled");
@@ -337,11 +354,36 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
     p->changed.WaitWithDeadline(
         &p->mu, std::min(deadline, now + absl::Milliseconds(100)));
   }
-  if (p->generation != generation)
-    return StaleGeneration(init_.job_id, generation, p->generation);
-  if (p->version < version)
-    return absl::AbortedError(absl::StrCat("job ", init_.job_id, " ended"));
-  return absl::OkStatus();
+}
+
+std::optional<absl::Status> JobShard::OnVersion(
+    int32_t partition, int64_t version, int64_t generation,
+    std::vector<int> members, std::function<void(absl::Status)> done,
+    uint64_t* id) {
+  PartitionState* p = Find(partition);
+  if (p == nullptr)
+    return absl::InvalidArgumentError(
+        absl::StrCat("partition ", partition, " not held here"));
+  absl::MutexLock lock(&p->mu);
+  if (std::optional<absl::Status> s =
+          VersionOutcome(*p, partition, version, generation, members)) {
+    return s;
+  }
+  *id = p->waits.Add(
+      [this, p, partition, version, generation,
+       members = std::move(members)] {
+        p->mu.AssertHeld();
+        return VersionOutcome(*p, partition, version, generation, members);
+      },
+      std::move(done));
+  return std::nullopt;
+}
+
+bool JobShard::CancelVersionWait(int32_t partition, uint64_t id) {
+  PartitionState* p = Find(partition);
+  if (p == nullptr) return false;
+  absl::MutexLock lock(&p->mu);
+  return p->waits.Cancel(id);
 }
 
 absl::Status JobShard::Read(int32_t partition, int64_t offset, int64_t n,
@@ -394,6 +436,7 @@ bool JobShard::Ledger(fulcrum::Ledger* out) const {
 }
 
 void JobShard::End() {
+  DeferredCalls scope;  // OnVersion callbacks run after the locks
   ended_ = true;
   clocks_.End();
   embeddings_->End();
@@ -401,7 +444,7 @@ void JobShard::End() {
     if (p == nullptr) continue;
     absl::MutexLock lock(&p->mu);
     p->ended = true;
-    p->changed.SignalAll();
+    p->Changed();
   }
 }
 

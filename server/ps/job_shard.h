@@ -148,6 +148,20 @@ class JobShard {
                               const std::function<bool()>& cancelled,
                               absl::Span<const int> members = {});
 
+  // WaitForVersion without blocking (the callback stream service): the
+  // outcome when decided now (`done` is not called); otherwise `done` runs
+  // once with it, on the thread whose change to the partition decided it
+  // (after that thread released its locks), unless
+  // CancelVersionWait(partition, *id) returns true first. No deadline or
+  // cancellation of its own: the caller keeps those.
+  std::optional<absl::Status> OnVersion(int32_t partition, int64_t version,
+                                        int64_t generation,
+                                        std::vector<int> members,
+                                        std::function<void(absl::Status)> done,
+                                        uint64_t* id);
+  // True when the wait was still waiting (its callback never runs).
+  bool CancelVersionWait(int32_t partition, uint64_t id);
+
   // Whether `partition` (held here) is at `version` or later now, in
   // `generation`: a WaitForVersion that would return at once.
   bool HasVersion(int32_t partition, int64_t version, int64_t generation);
@@ -256,6 +270,14 @@ class JobShard {
  private:
   JobShard(JobInit init, ParameterLayout layout);
   PartitionState* Find(int32_t partition) const;
+  // A read of `version` of `p` (partition `partition`), under p.mu: its
+  // outcome now, nullopt while it waits (WaitForVersion's rules).
+  std::optional<absl::Status> VersionOutcome(const PartitionState& p,
+                                             int32_t partition,
+                                             int64_t version,
+                                             int64_t generation,
+                                             absl::Span<const int> members)
+      const;
   // Loads this shard's checkpoint of `step` into every partition (0: the
   // initial parameters). All or nothing.
   absl::Status RestoreCheckpoint(int64_t step);

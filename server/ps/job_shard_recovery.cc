@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/concurrency/deferred_calls.h"
 #include "common/status/status_macros.h"
 #include "server/ps/job_shard.h"
 #include "server/ps/partition_format.h"
@@ -15,6 +16,7 @@ namespace fulcrum {
 absl::StatusOr<Adopted> JobShard::Adopt(
     int64_t generation, const std::vector<std::string>& workers,
     std::optional<int64_t> restore_step) {
+  DeferredCalls scope;  // OnVersion callbacks run after the locks
   absl::MutexLock serial(&reconfigure_mu_);
   if (ended_) {
     return absl::FailedPreconditionError(
@@ -49,7 +51,7 @@ absl::StatusOr<Adopted> JobShard::Adopt(
     p.generation = generation;
     aggregator_->ResetStep(p, members);
     lo = std::min(lo, p.version);
-    p.changed.SignalAll();
+    p.Changed();
   }
   if (mode_ != Mode::kSync) {  // clocks, not update counts
     if (restore_step.has_value()) {
@@ -75,6 +77,7 @@ absl::StatusOr<Adopted> JobShard::Adopt(
 
 absl::StatusOr<Aligned> JobShard::Align(
     int64_t generation, const std::vector<std::string>& workers, int64_t to) {
+  DeferredCalls scope;  // OnVersion callbacks run after the locks
   absl::MutexLock serial(&reconfigure_mu_);
   if (ended_) {
     return absl::FailedPreconditionError(
@@ -148,13 +151,14 @@ void Install(PartitionState& p, const DecodedPartition& d,
   p.updates = d.updates;
   p.ledger.Reset(d.ledger);
   aggregator.Restored(p);
-  p.changed.SignalAll();
+  p.Changed();
 }
 
 }  // namespace
 
 absl::Status JobShard::RestorePartition(int32_t partition,
                                         std::string_view blob) {
+  DeferredCalls scope;  // OnVersion callbacks run after the locks
   PartitionState* p = Find(partition);
   if (p == nullptr) {
     return absl::InvalidArgumentError(
@@ -169,6 +173,7 @@ absl::Status JobShard::RestorePartition(int32_t partition,
 }
 
 absl::Status JobShard::RestoreInitial() {
+  DeferredCalls scope;  // OnVersion callbacks run after the locks
   const bool external = init_.spec.model().type() == "external";
   if (external) AwaitValues();  // a member uploads them again
   for (int32_t id : ids_) {
@@ -190,6 +195,7 @@ absl::Status JobShard::RestoreInitial() {
 }
 
 absl::Status JobShard::RestoreCheckpoint(int64_t step) {
+  DeferredCalls scope;  // OnVersion callbacks run after the locks
   if (step < 0)
     return absl::InvalidArgumentError(
         absl::StrCat("restore_step must be >= 0, got ", step));
@@ -265,6 +271,7 @@ absl::Status JobShard::Initialize(const std::string& worker_id,
                                   int64_t generation, int32_t partition,
                                   int64_t offset, const char* data,
                                   size_t bytes) {
+  DeferredCalls scope;  // OnVersion callbacks run after the locks
   RETURN_IF_ERROR(MemberIndex(worker_id, generation).status());
   PartitionState* p = Find(partition);
   if (p == nullptr) {

@@ -322,6 +322,52 @@ TEST(ShardCoreTest, WaitForVersionWakesOnUpdateAndEnd) {
   ender.join();
 }
 
+TEST(ShardCoreTest, OnVersionDecidesOnThePushingThreadOrAtOnce) {
+  auto job = JobShard::Create(TinyJob({"a", "b"}));
+  ASSERT_TRUE(job.ok());
+  JobShard& j = **job;
+  std::vector<float> g(10, 1.0f);
+  uint64_t id = 0;
+  std::optional<absl::Status> got;
+  std::thread::id ran_on;
+  int64_t version_seen = -1;
+  auto done = [&](absl::Status s) {
+    got = s;
+    ran_on = std::this_thread::get_id();
+    // The partition's lock is free: the callback may read it.
+    ReadAll(j, &version_seen);
+  };
+  // Not ready: registered, nothing run.
+  EXPECT_FALSE(j.OnVersion(0, 1, 1, {0}, done, &id).has_value());
+  ASSERT_TRUE(j.Push(0, Chunk(0, g, 1)).ok());
+  EXPECT_FALSE(got.has_value());  // b has not pushed
+  std::thread pusher([&] { ASSERT_TRUE(j.Push(1, Chunk(0, g, 1)).ok()); });
+  const std::thread::id pusher_id = pusher.get_id();
+  pusher.join();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->ok()) << *got;
+  EXPECT_EQ(ran_on, pusher_id);  // the completing push ran it, no hop
+  EXPECT_EQ(version_seen, 1);
+  EXPECT_FALSE(j.CancelVersionWait(0, id));  // decided already
+  // Ready now: the outcome comes back and the callback never runs.
+  got.reset();
+  std::optional<absl::Status> now = j.OnVersion(0, 1, 1, {0}, done, &id);
+  ASSERT_TRUE(now.has_value());
+  EXPECT_TRUE(now->ok());
+  EXPECT_EQ(j.OnVersion(0, 1, 7, {0}, done, &id)->code(),
+            absl::StatusCode::kAborted);  // another generation
+  EXPECT_EQ(j.OnVersion(3, 1, 1, {0}, done, &id)->code(),
+            absl::StatusCode::kInvalidArgument);
+  // A cancelled wait never runs; a pending one ends with the job.
+  uint64_t cancelled = 0;
+  EXPECT_FALSE(j.OnVersion(0, 5, 1, {0}, done, &cancelled).has_value());
+  EXPECT_TRUE(j.CancelVersionWait(0, cancelled));
+  EXPECT_FALSE(j.OnVersion(0, 5, 1, {0}, done, &id).has_value());
+  j.End();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->code(), absl::StatusCode::kAborted) << *got;
+}
+
 TEST(ParameterShardTest, InitIsIdempotentAndChecksSpec) {
   ParameterShard shard;
   JobInit init = TinyJob({"a"});

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "common/concurrency/wait_list.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/tensor/layout.h"
@@ -31,6 +33,14 @@ struct PartitionState {
 
   absl::Mutex mu;
   absl::CondVar changed;  // version, generation or ended changed
+  // Reads waiting without a thread (JobShard::OnVersion).
+  WaitList<absl::Status> waits ABSL_GUARDED_BY(mu);
+  // Version, generation, ended or rejected changed: wakes the blocked
+  // waits and decides the others'.
+  void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    changed.SignalAll();
+    waits.Changed();
+  }
   std::vector<float> params ABSL_GUARDED_BY(mu);
   std::vector<float> state ABSL_GUARDED_BY(mu);  // optimizer state
   int64_t version ABSL_GUARDED_BY(mu) = 0;  // updates applied (sync: steps)

@@ -208,7 +208,7 @@ class SyncAggregator : public Aggregator {
     }
     p.stop = b.stop_requested;
     ResetStep(p, p.tracker.members());
-    p.changed.SignalAll();
+    p.Changed();
   }
 
   // The step's update would have made a value non-finite: it is not
@@ -223,7 +223,7 @@ class SyncAggregator : public Aggregator {
     r.member = p.tracker.LargestMember();
     r.largest = p.tracker.Largest(r.member);
     r.held = true;
-    p.changed.SignalAll();
+    p.Changed();
   }
 
   const Context ctx_;
