@@ -151,7 +151,7 @@ absl::Status WorkerStream::SendPartition(int32_t partition, int64_t clock,
                  metrics_.pull_bytes, more);
 }
 
-absl::Status WorkerStream::Push(PushChunk chunk) {
+absl::StatusOr<std::optional<int64_t>> WorkerStream::Accept(PushChunk chunk) {
   chunk.generation = generation_;
   if (metrics_.push_bytes != nullptr)
     metrics_.push_bytes->Increment(static_cast<double>(chunk.data.bytes()));
@@ -161,20 +161,173 @@ absl::Status WorkerStream::Push(PushChunk chunk) {
     metrics_.aggregate_seconds->Observe(
         absl::ToDoubleSeconds(absl::Now() - start));
   }
-  if (outcome == PushOutcome::kPartial) return absl::OkStatus();
+  if (outcome == PushOutcome::kPartial) return std::nullopt;
   if (chunk.step != completing_step_) {
     completed_.clear();
     completing_step_ = chunk.step;
   }
   if (std::find(completed_.begin(), completed_.end(), chunk.partition) !=
       completed_.end())
-    return absl::OkStatus();  // a repeat on this stream
+    return std::nullopt;  // a repeat on this stream
   completed_.push_back(chunk.partition);
-  if (completed_.size() < job_->partition_ids().size()) return absl::OkStatus();
+  if (completed_.size() < job_->partition_ids().size()) return std::nullopt;
   // The worker pushed its whole share of step t: answer its read at t + 1.
-  RETURN_IF_ERROR(AnswerRead(chunk.step + 1));
+  return chunk.step + 1;
+}
+
+absl::Status WorkerStream::Push(PushChunk chunk) {
+  ASSIGN_OR_RETURN(const std::optional<int64_t> read, Accept(std::move(chunk)));
+  if (!read) return absl::OkStatus();
+  RETURN_IF_ERROR(AnswerRead(*read));
   completed_.clear();
   return absl::OkStatus();
+}
+
+absl::Status WorkerStream::PushAsync(PushChunk chunk,
+                                     std::function<void(absl::Status)> answered,
+                                     bool* pending) {
+  *pending = false;
+  ASSIGN_OR_RETURN(const std::optional<int64_t> read, Accept(std::move(chunk)));
+  if (!read) return absl::OkStatus();
+  answer_ = Answer();
+  answer_.clock = *read;
+  answer_.deadline = absl::Now() + options_.step_timeout;
+  answer_.answered = std::move(answered);
+  {
+    absl::MutexLock lock(&answer_mu_);
+    cancelled_ = absl::OkStatus();
+  }
+  absl::Status result;
+  if (!ContinueAnswer(&result)) {
+    *pending = true;
+    return absl::OkStatus();
+  }
+  answer_.answered = nullptr;
+  return result;
+}
+
+bool WorkerStream::ContinueAnswer(absl::Status* result) {
+  Answer& a = answer_;
+  const bool sync = job_->mode() == JobShard::Mode::kSync;
+  auto resume = [this](absl::Status s) { Resumed(std::move(s)); };
+  auto end = [&](absl::Status s) {
+    completed_.clear();
+    *result = std::move(s);
+    return true;
+  };
+  while (sync && a.next < completed_.size()) {
+    const int32_t partition = completed_[a.next];
+    {
+      absl::MutexLock lock(&answer_mu_);
+      if (!cancelled_.ok()) return end(cancelled_);
+      uint64_t id = 0;
+      std::optional<absl::Status> now = job_->OnVersion(
+          partition, a.clock, generation_, members_, resume, &id);
+      if (!now) {
+        waiting_ = Waiting::kVersion;
+        waiting_partition_ = partition;
+        wait_id_ = id;
+        a.wait_started = absl::Now();
+        return false;
+      }
+      if (!now->ok()) return end(*now);
+    }
+    ++a.next;
+    const bool more = a.next < completed_.size() &&
+                      job_->HasVersion(completed_[a.next], a.clock, generation_);
+    if (absl::Status s = SendPartition(partition, a.clock, more); !s.ok())
+      return end(s);
+  }
+  if (!a.read_done) {
+    absl::MutexLock lock(&answer_mu_);
+    if (!cancelled_.ok()) return end(cancelled_);
+    uint64_t id = 0;
+    std::optional<absl::StatusOr<int64_t>> now = job_->clocks().OnRead(
+        a.clock, job_->read_bound(), generation_,
+        [this](absl::StatusOr<int64_t> r) {
+          if (r.ok()) {
+            answer_.read_done = true;
+            if (metrics_.staleness != nullptr)
+              metrics_.staleness->Observe(static_cast<double>(*r));
+          }
+          Resumed(r.status());
+        },
+        &id);
+    if (!now) {
+      waiting_ = Waiting::kRead;
+      wait_id_ = id;
+      a.wait_started = absl::Now();
+      return false;
+    }
+    if (!now->ok()) return end(now->status());
+    a.read_done = true;
+    if (metrics_.staleness != nullptr)
+      metrics_.staleness->Observe(static_cast<double>(**now));
+  }
+  if (metrics_.barrier_wait_seconds != nullptr)
+    metrics_.barrier_wait_seconds->Observe(absl::ToDoubleSeconds(a.waited));
+  if (!sync) {
+    const std::vector<int32_t>& ids = job_->partition_ids();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (absl::Status s = SendPartition(ids[i], a.clock, i + 1 < ids.size());
+          !s.ok())
+        return end(s);
+    }
+  }
+  return end(absl::OkStatus());
+}
+
+void WorkerStream::Resumed(absl::Status s) {
+  {
+    absl::MutexLock lock(&answer_mu_);
+    waiting_ = Waiting::kNone;
+  }
+  answer_.waited += absl::Now() - answer_.wait_started;
+  absl::Status result;
+  if (!s.ok()) {
+    completed_.clear();
+    result = std::move(s);
+  } else if (!ContinueAnswer(&result)) {
+    return;  // waits again
+  }
+  std::function<void(absl::Status)> answered = std::move(answer_.answered);
+  answer_.answered = nullptr;
+  answered(std::move(result));
+}
+
+bool WorkerStream::CancelAnswer(absl::StatusCode code, absl::Status* why) {
+  absl::MutexLock lock(&answer_mu_);
+  const absl::Status status = WaitEnded(code);
+  bool removed = false;
+  if (waiting_ == Waiting::kVersion) {
+    removed = job_->CancelVersionWait(waiting_partition_, wait_id_);
+  } else if (waiting_ == Waiting::kRead) {
+    removed = job_->clocks().CancelRead(wait_id_);
+  }
+  if (!removed) {
+    cancelled_ = status;  // the running continuation ends with it
+    return false;
+  }
+  waiting_ = Waiting::kNone;
+  completed_.clear();
+  answer_.answered = nullptr;
+  *why = status;
+  return true;
+}
+
+absl::Status WorkerStream::WaitEnded(absl::StatusCode code) const {
+  if (code != absl::StatusCode::kDeadlineExceeded)
+    return absl::Status(code, "stream cancelled");
+  if (waiting_ == Waiting::kVersion) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "partition ", waiting_partition_, " has not reached version ",
+        answer_.clock, " within the step timeout (",
+        absl::FormatDuration(options_.step_timeout), ")"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "read at clock ", answer_.clock,
+      " still waits for the slowest worker at clock ",
+      job_->clocks().MinClock()));
 }
 
 absl::Status WorkerStream::AnswerRead(int64_t clock) {

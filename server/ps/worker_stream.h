@@ -11,17 +11,21 @@
 // every partition at its current values once the ClockTable's bound
 // allows.
 //
-// Thread safety: one thread drives a WorkerStream (the stream's handler).
+// Thread safety: one thread at a time drives a WorkerStream (the stream's
+// handler, or the callback service's reactions and the wait callbacks that
+// continue its answers); CancelAnswer may run beside a pending answer.
 #ifndef FULCRUM_SERVER_PS_WORKER_STREAM_H_
 #define FULCRUM_SERVER_PS_WORKER_STREAM_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/dataplane/payload.h"
 #include "server/ps/job_shard.h"
@@ -123,9 +127,40 @@ class WorkerStream {
   // stream with its status.
   absl::Status Push(PushChunk chunk);
 
+  // Push for a caller that must not block (the callback service,
+  // stream_reactor.h): applies the chunk and, when it completed the
+  // worker's share of a step, starts answering the read. Returns with
+  // *pending false once the answer is sent (or none was due); with
+  // *pending true while it waits for the other workers: `answered` then
+  // runs exactly once with its outcome, on the thread whose change let it
+  // go on (after that thread released its locks). No other call on the
+  // stream until then, but CancelAnswer. An error before any wait is
+  // returned (`answered` never runs).
+  absl::Status PushAsync(PushChunk chunk,
+                         std::function<void(absl::Status)> answered,
+                         bool* pending);
+  // Ends a pending answer with `code` (DEADLINE_EXCEEDED: the caller's
+  // step_timeout passed; CANCELLED) and a message saying what it waited
+  // for. True: it was waiting and `answered` will not run (the caller
+  // takes the status from *why). False: `answered` runs or ran with an
+  // outcome of its own (the continuation sees the cancel at its next wait
+  // and ends with it then).
+  bool CancelAnswer(absl::StatusCode code, absl::Status* why);
+
   JobShard& job() { return *job_; }
 
  private:
+  // The worker's chunk applied (metrics, the job, completed_): the clock
+  // whose read is now due, or nullopt.
+  absl::StatusOr<std::optional<int64_t>> Accept(PushChunk chunk);
+  // PushAsync's answer, run until it waits or ends: true when it ended
+  // (with *result), false when a wait's callback will go on.
+  bool ContinueAnswer(absl::Status* result);
+  // A wait's callback: go on, and report the end.
+  void Resumed(absl::Status s);
+  // Why a wait for the current answer ended early, as CancelAnswer says.
+  absl::Status WaitEnded(absl::StatusCode code) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(answer_mu_);
   WorkerStream(std::shared_ptr<JobShard> job, std::vector<int> members,
                int64_t generation, Options options, ParamsWriter* writer);
   // Every chunk of `partition`'s current values; clock < 0: its version.
@@ -146,6 +181,25 @@ class WorkerStream {
   // order (one completed earlier on a broken stream counts too).
   std::vector<int32_t> completed_;
   int64_t completing_step_ = -1;
+
+  // The answer PushAsync is giving (one at a time).
+  struct Answer {
+    int64_t clock = 0;
+    size_t next = 0;           // sync: completed_[next] is the next to send
+    bool read_done = false;    // the clock table's read has returned
+    absl::Time deadline;       // DEADLINE_EXCEEDED's message only
+    absl::Time wait_started;
+    absl::Duration waited;
+    std::function<void(absl::Status)> answered;
+  } answer_;
+  // Guards what CancelAnswer and a wait's callback both touch.
+  absl::Mutex answer_mu_;
+  enum class Waiting { kNone, kVersion, kRead };
+  Waiting waiting_ ABSL_GUARDED_BY(answer_mu_) = Waiting::kNone;
+  int32_t waiting_partition_ ABSL_GUARDED_BY(answer_mu_) = -1;
+  uint64_t wait_id_ ABSL_GUARDED_BY(answer_mu_) = 0;
+  // Set by a CancelAnswer that found the callback already running.
+  absl::Status cancelled_ ABSL_GUARDED_BY(answer_mu_);
 };
 
 }  // namespace fulcrum

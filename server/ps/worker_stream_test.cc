@@ -3,6 +3,7 @@
 #include "server/ps/worker_stream.h"
 
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -122,6 +123,95 @@ TEST_F(WorkerStreamTest, SspBoundsHowFarAReaderRunsAhead) {
   ASSERT_TRUE(PushStep(*b, 0).ok());
   reader.join();
   EXPECT_EQ(wa.WholeAt(2, *job_).size(), job_->partition_ids().size());
+}
+
+// The callback service's PushAsync: a read that must wait returns at once
+// (pending) and is answered by the push that completes the step - on that
+// pusher's thread - with the same partitions in the same order as Push.
+TEST_F(WorkerStreamTest, PushAsyncAnswersOnTheCompletingPushersThread) {
+  Init("sync", 0);
+  RecordingWriter wa, wb;
+  auto a = Open("a", &wa);
+  auto b = Open("b", &wb);
+  std::optional<absl::Status> answered;
+  std::thread::id answered_on;
+  const std::vector<int32_t>& ids = job_->partition_ids();
+  bool pending = false;
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+    grads_[*it].assign(job_->PartitionSize(*it), 0.5f);
+    PushChunk c = testing::Chunk(0, grads_[*it], 1);
+    c.partition = *it;
+    ASSERT_TRUE(a->PushAsync(
+                     c,
+                     [&](absl::Status s) {
+                       answered = s;
+                       answered_on = std::this_thread::get_id();
+                     },
+                     &pending)
+                    .ok());
+  }
+  EXPECT_TRUE(pending) << "a's read waits for b";
+  EXPECT_FALSE(answered.has_value());
+  EXPECT_TRUE(wa.WholeAt(1, *job_).empty());
+  EXPECT_TRUE(PushStep(*b, 0).ok());  // blocking Push beside it
+  ASSERT_TRUE(answered.has_value());
+  EXPECT_TRUE(answered->ok()) << *answered;
+  EXPECT_EQ(answered_on, std::this_thread::get_id());
+  std::vector<int32_t> descending(ids.rbegin(), ids.rend());
+  EXPECT_EQ(wa.WholeAt(1, *job_), descending);
+  // b's read was answered by its own push: nothing pending.
+  EXPECT_EQ(wb.WholeAt(1, *job_), descending);
+}
+
+TEST_F(WorkerStreamTest, APendingAnswerIsCancelledOnceWithWhatItWaitedFor) {
+  Init("sync", 0);
+  RecordingWriter wa;
+  auto a = Open("a", &wa);
+  int calls = 0;
+  bool pending = false;
+  const std::vector<int32_t>& ids = job_->partition_ids();
+  for (int32_t id : ids) {
+    grads_[id].assign(job_->PartitionSize(id), 0.5f);
+    PushChunk c = testing::Chunk(0, grads_[id], 1);
+    c.partition = id;
+    ASSERT_TRUE(
+        a->PushAsync(c, [&](absl::Status) { ++calls; }, &pending).ok());
+  }
+  ASSERT_TRUE(pending);
+  absl::Status why;
+  ASSERT_TRUE(a->CancelAnswer(absl::StatusCode::kDeadlineExceeded, &why));
+  EXPECT_EQ(why.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(why.message().find("partition"), std::string::npos) << why;
+  EXPECT_FALSE(a->CancelAnswer(absl::StatusCode::kCancelled, &why))
+      << "nothing waits any more";
+  // b completing the step runs no callback of a's.
+  RecordingWriter wb;
+  auto b = Open("b", &wb);
+  EXPECT_TRUE(PushStep(*b, 0).ok());
+  EXPECT_EQ(calls, 0);
+  EXPECT_TRUE(wa.WholeAt(1, *job_).empty());
+}
+
+// ssp(0) waits in the clock table, not on versions: the same contract.
+TEST_F(WorkerStreamTest, PushAsyncWaitsForTheClockBoundInSsp) {
+  Init("ssp", 0);
+  RecordingWriter wa, wb;
+  auto a = Open("a", &wa);
+  auto b = Open("b", &wb);
+  std::optional<absl::Status> answered;
+  bool pending = false;
+  for (int32_t id : job_->partition_ids()) {
+    grads_[id].assign(job_->PartitionSize(id), 0.5f);
+    PushChunk c = testing::Chunk(0, grads_[id], 1);
+    c.partition = id;
+    ASSERT_TRUE(
+        a->PushAsync(c, [&](absl::Status s) { answered = s; }, &pending).ok());
+  }
+  ASSERT_TRUE(pending);
+  EXPECT_TRUE(PushStep(*b, 0).ok());
+  ASSERT_TRUE(answered.has_value());
+  EXPECT_TRUE(answered->ok()) << *answered;
+  EXPECT_EQ(wa.WholeAt(1, *job_).size(), job_->partition_ids().size());
 }
 
 }  // namespace
