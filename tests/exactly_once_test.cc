@@ -42,15 +42,18 @@ v1::JobSpec Spec() {
   return spec;
 }
 
-// Payloads over TCP (false) or through shared-memory segments (true; every
+// Payloads over TCP (kGrpc) or through shared-memory segments (kShm; every
 // message then goes through the segment's rings and the gRPC stream carries
 // only hello and its end, so the proxies' per-byte drops would never fire:
 // a thread drops every connection of one proxy or the other each time
 // worker 0 has finished 4 more steps, wherever the others are in theirs).
-class ExactlyOnceTest : public ::testing::TestWithParam<bool> {};
+// kCallback: over TCP to shards serving Stream on gRPC's callback API.
+class ExactlyOnceTest : public ::testing::TestWithParam<testing::Transport> {
+};
 
 TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
-  const bool shared_memory = GetParam();
+  const bool shared_memory = GetParam() == testing::Transport::kShm;
+  const bool callback = GetParam() == testing::Transport::kCallback;
   constexpr int kWorkers = 4;
   constexpr int64_t kSteps = 40;
   const v1::JobSpec spec = Spec();
@@ -66,7 +69,7 @@ TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
   std::vector<std::unique_ptr<testing::FaultProxy>> proxies;
   std::vector<std::string> via_proxy;
   for (int s = 0; s < spec.shards(); ++s) {
-    shards.push_back(testing::StartShard());
+    shards.push_back(testing::StartShard(/*shared_memory=*/true, callback));
     JobInit init{"job", spec, s, spec.shards(), 1, ids};
     ASSERT_TRUE(shards.back()->core.InitJob(init).ok());
     const int port = std::stoi(
@@ -194,9 +197,12 @@ TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
   for (auto& s : shards) s->server->Shutdown(std::chrono::system_clock::now());
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ExactlyOnceTest, ::testing::Bool(),
+INSTANTIATE_TEST_SUITE_P(Transports, ExactlyOnceTest,
+                         ::testing::Values(testing::Transport::kGrpc,
+                                           testing::Transport::kShm,
+                                           testing::Transport::kCallback),
                          [](const auto& info) {
-                           return info.param ? "shm" : "tcp";
+                           return testing::TransportName(info.param);
                          });
 
 }  // namespace

@@ -15,13 +15,15 @@
 
 namespace fulcrum::testing {
 
-std::unique_ptr<ShardServer> StartShard(bool shared_memory) {
+std::unique_ptr<ShardServer> StartShard(bool shared_memory,
+                                        bool callback_streams) {
   auto s = std::make_unique<ShardServer>();
   s->metrics = std::make_unique<ShardMetrics>(s->registry);
   ParameterServerService::Options options;
   options.step_timeout = absl::Seconds(60);
   options.metrics = s->metrics.get();
   options.shared_memory = shared_memory;
+  options.callback_streams = callback_streams;
   s->service = std::make_unique<ParameterServerService>(&s->core, options);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -42,6 +44,8 @@ std::string TransportName(Transport t) {
       return "shm";
     case Transport::kLocal:
       return "local";
+    case Transport::kCallback:
+      return "callback";
   }
   return "?";
 }
@@ -66,7 +70,8 @@ TrainRun TrainInProcess(
                                         : std::make_unique<CpuBackend>());
   }
   for (int s = 0; s < spec.shards(); ++s) {
-    servers.push_back(StartShard(shards_map_shm));
+    servers.push_back(
+        StartShard(shards_map_shm, transport == Transport::kCallback));
     addresses.push_back(servers.back()->address);
     cores.push_back(&servers.back()->core);
     JobInit init{"job", spec, s, spec.shards(), 1, ids};
@@ -81,7 +86,8 @@ TrainRun TrainInProcess(
   GrpcChannelFactory shm_channels(/*shared_memory=*/true);
   LocalChannelFactory local_channels(cores);
   ChannelFactory* channels =
-      transport == Transport::kGrpc  ? static_cast<ChannelFactory*>(&tcp_channels)
+      transport == Transport::kGrpc || transport == Transport::kCallback
+          ? static_cast<ChannelFactory*>(&tcp_channels)
       : transport == Transport::kShm ? static_cast<ChannelFactory*>(&shm_channels)
                                      : &local_channels;
   // wire.pre_reduce: the group's nonce, one per run.

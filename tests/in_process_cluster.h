@@ -31,12 +31,16 @@ struct ShardServer {
   std::string address;
 };
 // A parameter shard served over gRPC on 127.0.0.1 (a kernel-picked port);
-// shared_memory: whether it maps the segments workers offer.
-std::unique_ptr<ShardServer> StartShard(bool shared_memory = true);
+// shared_memory: whether it maps the segments workers offer;
+// callback_streams: Stream served by the callback reactor
+// (stream_reactor.h) instead of a handler thread per stream.
+std::unique_ptr<ShardServer> StartShard(bool shared_memory = true,
+                                        bool callback_streams = false);
 
 // kGrpc: payloads over TCP (shared memory off); kShm: over shared-memory
-// segments, control over gRPC.
-enum class Transport { kGrpc, kShm, kLocal };
+// segments, control over gRPC; kLocal: the in-process channel; kCallback:
+// as kGrpc, to shards serving Stream on gRPC's callback API.
+enum class Transport { kGrpc, kShm, kLocal, kCallback };
 std::string TransportName(Transport t);
 
 struct TrainRun {

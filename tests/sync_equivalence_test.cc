@@ -95,8 +95,8 @@ double MaxRelativeDifference(const std::vector<float>& a,
 }
 
 // On every transport of the data plane: gRPC on loopback with payloads in
-// the messages or in shared memory, and the in-process channel into the
-// shard cores.
+// the messages or in shared memory, the in-process channel into the shard
+// cores, and gRPC to shards serving Stream on the callback API.
 class SyncEquivalenceTest
     : public ::testing::TestWithParam<std::tuple<int, int, Transport>> {};
 
@@ -128,7 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
     WorkersShardsTransports, SyncEquivalenceTest,
     ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 2, 3),
                        ::testing::Values(Transport::kGrpc, Transport::kShm,
-                                         Transport::kLocal)),
+                                         Transport::kLocal,
+                                         Transport::kCallback)),
     [](const auto& info) {
       return absl::StrCat(std::get<0>(info.param), "workers_",
                           std::get<1>(info.param), "shards_",
@@ -171,7 +172,8 @@ INSTANTIATE_TEST_SUITE_P(
     WorkersTransports, PreReduceTest,
     ::testing::Combine(::testing::Values(2, 4),
                        ::testing::Values(Transport::kGrpc, Transport::kShm,
-                                         Transport::kLocal)),
+                                         Transport::kLocal,
+                                         Transport::kCallback)),
     [](const auto& info) {
       return absl::StrCat(std::get<0>(info.param), "workers_",
                           testing::TransportName(std::get<1>(info.param)));

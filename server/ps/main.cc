@@ -62,6 +62,11 @@ ABSL_FLAG(int64_t, memory_bytes, -1,
 ABSL_FLAG(bool, shared_memory, true,
           "map the shared-memory segment a worker on this host offers, so "
           "that its payloads skip TCP (false: every stream on TCP)");
+ABSL_FLAG(std::string, stream_service, "sync",
+          "how the data-plane streams are served: sync (a handler thread per "
+          "stream; message rings for workers on this host) or callback "
+          "(gRPC's callback API, no thread per stream, no message rings; "
+          "docs/benchmarks.md compares them)");
 ABSL_FLAG(std::string, checkpoint_root, "/var/lib/fulcrum/checkpoints",
           "checkpoint files go under this directory: a job's checkpoint.dir "
           "is taken from it (relative) or must lie in it (absolute), and may "
@@ -110,6 +115,14 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_hello_timeout_ms));
   service_options.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_idle_timeout_s));
   service_options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  const std::string stream_service = absl::GetFlag(FLAGS_stream_service);
+  if (stream_service != "sync" && stream_service != "callback") {
+    std::cerr << "fulcrum-server: --stream_service must be sync or callback, "
+                 "got '"
+              << stream_service << "'\n";
+    return 2;
+  }
+  service_options.callback_streams = stream_service == "callback";
   // Segments whose worker was killed before any shard mapped them.
   if (service_options.shared_memory) fulcrum::ShmSegment::SweepStale();
   fulcrum::ParameterServerService service(&shard, service_options);

@@ -11,6 +11,7 @@
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
 #include "server/ps/stream_frames.h"
+#include "server/ps/stream_reactor.h"
 #include "server/ps/worker_stream.h"
 
 namespace fulcrum {
@@ -52,23 +53,43 @@ ParameterServerService::ParameterServerService(ParameterShard* shard,
     : shard_(shard), options_(options), metrics_(options.metrics) {
   // Stream reads and writes frames (payloads out of line) instead of the
   // generated protobuf types; the bytes on the wire are the same.
-  MarkMethodStreamed(
-      v1::Push::descriptor()
-          ->file()
-          ->FindServiceByName("ParameterServer")
-          ->FindMethodByName("Stream")
-          ->index(),
-      new grpc::internal::BidiStreamingHandler<ParameterServerService,
-                                               RequestFrame, ResponseFrame>(
-          [](ParameterServerService* service, grpc::ServerContext* context,
-             grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream) {
-            return service->StreamFrames(context, stream);
-          },
-          this));
+  const int stream_method = v1::Push::descriptor()
+                                ->file()
+                                ->FindServiceByName("ParameterServer")
+                                ->FindMethodByName("Stream")
+                                ->index();
+  if (options_.callback_streams) {
+    MarkMethodCallback(
+        stream_method,
+        new grpc::internal::CallbackBidiHandler<RequestFrame, ResponseFrame>(
+            [this](grpc::CallbackServerContext* context) {
+              return new StreamReactor(this, context);
+            }));
+  } else {
+    MarkMethodStreamed(
+        stream_method,
+        new grpc::internal::BidiStreamingHandler<ParameterServerService,
+                                                 RequestFrame, ResponseFrame>(
+            [](ParameterServerService* service, grpc::ServerContext* context,
+               grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream) {
+              return service->StreamFrames(context, stream);
+            },
+            this));
+  }
   if (metrics_ == nullptr) {
     own_registry_ = std::make_unique<metrics::Registry>();
     own_metrics_ = std::make_unique<ShardMetrics>(*own_registry_);
     metrics_ = own_metrics_.get();
+  }
+}
+
+ParameterServerService::~ParameterServerService() {
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (reactors_.load() > 0 && absl::Now() < until)
+    absl::SleepFor(absl::Milliseconds(1));
+  if (reactors_.load() > 0) {
+    std::cerr << "fulcrum-server: " << reactors_.load()
+              << " callback streams still alive at the service's end\n";
   }
 }
 
@@ -169,8 +190,8 @@ absl::Status ParameterServerService::AsWorker(
   return absl::OkStatus();
 }
 
-absl::Status ParameterServerService::Admit(grpc::ServerContext* context,
-                                           const Watchdog::Deadline* deadline,
+absl::Status ParameterServerService::Admit(const Watchdog::Deadline* deadline,
+                                           std::function<void()> expire,
                                            uint64_t* watch) {
   if (open_streams_.fetch_add(1) >= options_.max_streams) {
     open_streams_.fetch_sub(1);
@@ -179,7 +200,7 @@ absl::Status ParameterServerService::Admit(grpc::ServerContext* context,
         " streams already (fulcrum-server --max_streams); retry later"));
   }
   metrics_->streams.WithLabels().Set(open_streams_.load());
-  *watch = watchdog_.Arm(deadline, [context] { context->TryCancel(); });
+  *watch = watchdog_.Arm(deadline, std::move(expire));
   return absl::OkStatus();
 }
 
@@ -193,7 +214,7 @@ grpc::Status ParameterServerService::StreamFrames(
     grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream) {
   Watchdog::Deadline deadline(absl::Now() + options_.hello_timeout);
   uint64_t watch = 0;
-  absl::Status s = Admit(context, &deadline, &watch);
+  absl::Status s = Admit(&deadline, [context] { context->TryCancel(); }, &watch);
   if (s.ok()) {
     s = ServeStream(context, stream, &deadline);
     Leave(watch);
@@ -239,7 +260,8 @@ absl::Status ParameterServerService::ServeStream(
     if (!in.ok()) return in.status();
     rings.emplace(std::move(*in));
   }
-  FrameParamsWriter writer(stream, segment.get(), &slots);
+  StreamWriterSink sink(stream);
+  FrameParamsWriter writer(&sink, segment.get(), &slots);
   if (rings) {
     writer.UseRing(&rings->responses, options_.step_timeout,
                    [context] { return context->IsCancelled(); });
@@ -427,7 +449,7 @@ grpc::Status ParameterServerService::Initialize(
     v1::InitializeResponse*) {
   Watchdog::Deadline deadline(absl::Now() + options_.hello_timeout);
   uint64_t watch = 0;
-  absl::Status s = Admit(context, &deadline, &watch);
+  absl::Status s = Admit(&deadline, [context] { context->TryCancel(); }, &watch);
   if (!s.ok()) return ToGrpcStatus(s);
   s = ServeInitialize(context, reader, &deadline);
   Leave(watch);

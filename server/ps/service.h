@@ -10,6 +10,7 @@
 #define FULCRUM_SERVER_PS_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,11 +30,14 @@ namespace fulcrum {
 
 class ParameterServerService final : public v1::ParameterServer::Service {
  public:
+  friend class StreamReactor;  // the callback Stream: hello, segment, admission
+
   struct Options {
     // Longest a stream waits for the other workers of a step before giving
     // up with DEADLINE_EXCEEDED.
     absl::Duration step_timeout = absl::Minutes(5);
-    // Not owned; when null the service keeps its own (unexported) metrics.
+    // Not owned (it must outlive the service); when null the service keeps
+    // its own (unexported) metrics.
     ShardMetrics* metrics = nullptr;
     // Bounds on what a peer can hold: streams (Stream, Initialize) at once
     // - one more is RESOURCE_EXHAUSTED -, the time to a stream's first
@@ -51,10 +55,18 @@ class ParameterServerService final : public v1::ParameterServer::Service {
     // Map the shared-memory segment a hello offers (a worker on this
     // host); false: every stream stays on TCP.
     bool shared_memory = true;
+    // Serve Stream on gRPC's callback API (stream_reactor.h: no thread
+    // per stream, no message rings) instead of a synchronous handler
+    // thread per stream.
+    bool callback_streams = false;
   };
 
   // `shard` is not owned and must outlive the service.
   ParameterServerService(ParameterShard* shard, Options options);
+  // Shut the server down first. Waits (at most 10 s) for the callback
+  // streams gRPC has not finished with yet: their OnDone may come after
+  // grpc::Server::Shutdown returns.
+  ~ParameterServerService() override;
 
   grpc::Status InitJob(grpc::ServerContext* context,
                        const v1::InitJobRequest* request,
@@ -128,10 +140,11 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   absl::Status AsWorker(const std::string& job_id, const std::string& worker_id,
                         const std::string& credential) const;
   // Admits one more stream (RESOURCE_EXHAUSTED past max_streams) and arms
-  // its `deadline` (the hello's first; not owned, it must outlive Leave);
-  // *watch is its watchdog entry. Leave() undoes it.
-  absl::Status Admit(grpc::ServerContext* context,
-                     const Watchdog::Deadline* deadline, uint64_t* watch);
+  // its `deadline` (the hello's first; not owned, it must outlive Leave)
+  // with `expire` (the watchdog's contract: quick, on its thread); *watch
+  // is its watchdog entry. Leave() undoes it.
+  absl::Status Admit(const Watchdog::Deadline* deadline,
+                     std::function<void()> expire, uint64_t* watch);
   void Leave(uint64_t watch);
   // The stream may wait this long for its next message from now: an
   // atomic store per message, no lock on the gradient path.
@@ -146,6 +159,7 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   std::unique_ptr<ShardMetrics> own_metrics_;
   ShardMetrics* metrics_;
   std::atomic<int> open_streams_{0};
+  std::atomic<int> reactors_{0};  // StreamReactors alive
   Watchdog watchdog_;
 };
 

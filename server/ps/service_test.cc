@@ -26,11 +26,16 @@
 namespace fulcrum {
 namespace {
 
-class BadInputTest : public ::testing::Test {
+// Every test runs against both ways of serving Stream: a synchronous
+// handler thread per stream (param false) and the callback reactor (true).
+class BadInputTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override { Start(ParameterServerService::Options{}); }
+  bool callback() const { return GetParam(); }
 
   void Start(ParameterServerService::Options options) {
+    options.callback_streams = callback();
+    server_.reset();  // (shut down) before the service it serves
     service_ = std::make_unique<ParameterServerService>(&shard_, options);
     grpc::ServerBuilder builder;
     int port = 0;
@@ -62,7 +67,7 @@ class BadInputTest : public ::testing::Test {
     ASSERT_EQ(response.partitions_size(), 1);
   }
   void TearDown() override {
-    server_->Shutdown(std::chrono::system_clock::now());
+    if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
   }
 
  public:
@@ -181,7 +186,7 @@ class BadInputTest : public ::testing::Test {
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
 };
 
-TEST_F(BadInputTest, UnknownJobMemberOrGeneration) {
+TEST_P(BadInputTest, UnknownJobMemberOrGeneration) {
   EXPECT_EQ(Send("job-9", "w-1", 1, nullptr).error_code(),
             grpc::StatusCode::NOT_FOUND);
   grpc::Status s = Send("job-1", "w-7", 1, nullptr);
@@ -195,7 +200,7 @@ TEST_F(BadInputTest, UnknownJobMemberOrGeneration) {
             grpc::StatusCode::ABORTED);
 }
 
-TEST_F(BadInputTest, BadReconfigureIsRejectedAndChangesNothing) {
+TEST_P(BadInputTest, BadReconfigureIsRejectedAndChangesNothing) {
   const std::vector<float> before = Pull();
   auto call = [&](const v1::ReconfigureRequest& request) {
     grpc::ClientContext context;
@@ -230,7 +235,7 @@ TEST_F(BadInputTest, BadReconfigureIsRejectedAndChangesNothing) {
             grpc::StatusCode::ABORTED);
 }
 
-TEST_F(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
+TEST_P(BadInputTest, BadPushesAreRejectedAndChangeNothing) {
   v1::Push p = GoodPush();
   p.set_partition(5);
   ExpectRejected(p, grpc::StatusCode::INVALID_ARGUMENT, "push.partition 5");
@@ -298,7 +303,7 @@ v1::Params FirstParams(v1::ParameterServer::Stub& stub,
 // changes nothing; a segment that fails a check (wrong nonce, unknown
 // name) or a shard with shared memory off leaves the stream on TCP, and
 // each offer is counted as mapped or refused.
-TEST_F(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
+TEST_P(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
   metrics::Registry registry;
   ShardMetrics metrics(registry);
   ParameterServerService::Options options;
@@ -410,6 +415,11 @@ TEST_F(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
   EXPECT_FALSE(p.has_shm());
   EXPECT_EQ(p.data().size(), 144u);
   EXPECT_EQ(counted("refused"), refused + 1);
+  // The metrics must outlive the service (a callback stream's end may
+  // still count after its client saw the status).
+  TearDown();
+  server_.reset();
+  service_.reset();
 }
 
 // Message rings (ShmOffer.ring_bytes): the shard's first message says
@@ -418,7 +428,7 @@ TEST_F(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
 // the worker's close of the request ring ends the stream with OK and the
 // shard closes the response ring. Ring sizes that cannot be are
 // INVALID_ARGUMENT naming hello.shm.ring_bytes.
-TEST_F(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
+TEST_P(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
   const std::vector<float> before = Pull();
   ASSERT_EQ(before.size(), 36u);
   constexpr int64_t kRing = StreamRings::kMinBytes;
@@ -433,7 +443,7 @@ TEST_F(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
   ASSERT_TRUE(rw->Write(HelloOffering(segment->get(), kRing)));
   v1::StreamResponse first;
   ASSERT_TRUE(rw->Read(&first));
-  EXPECT_TRUE(first.rings());
+  EXPECT_EQ(first.rings(), !callback());
   ASSERT_TRUE(first.params().has_shm());
 
   // The gradient in its slot (after the rings), the push in the ring.
@@ -448,13 +458,21 @@ TEST_F(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
   push->mutable_shm()->set_bytes(144);
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   const auto never = [] { return false; };
-  ASSERT_TRUE(rings->requests.Write(r, deadline, never).ok());
+  // The callback service declines rings (they need a thread asleep on the
+  // ring): the stream stays on gRPC messages, payloads in the slots.
+  if (callback()) {
+    ASSERT_TRUE(rw->Write(r));
+  } else {
+    ASSERT_TRUE(rings->requests.Write(r, deadline, never).ok());
+  }
   // w-2's share of step 0, over gRPC: the step completes.
   const v1::Push w2 = GoodPush();
   ASSERT_TRUE(Send("job-1", "w-2", 1, &w2).ok());
 
   v1::StreamResponse answer;
-  absl::StatusOr<bool> read = rings->responses.Read(&answer, deadline, never);
+  absl::StatusOr<bool> read =
+      callback() ? absl::StatusOr<bool>(rw->Read(&answer))
+                 : rings->responses.Read(&answer, deadline, never);
   ASSERT_TRUE(read.ok()) << read.status();
   ASSERT_TRUE(*read);
   EXPECT_EQ(answer.params().version(), 1);
@@ -468,10 +486,12 @@ TEST_F(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
 
   // The worker's close: the shard ends the stream with OK and closes the
   // response ring.
-  rings->requests.Close();
-  read = rings->responses.Read(&answer, deadline, never);
-  ASSERT_TRUE(read.ok()) << read.status();
-  EXPECT_FALSE(*read);
+  if (!callback()) {
+    rings->requests.Close();
+    read = rings->responses.Read(&answer, deadline, never);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_FALSE(*read);
+  }
   rw->WritesDone();
   v1::StreamResponse ignored;
   EXPECT_FALSE(rw->Read(&ignored));  // nothing more on gRPC
@@ -503,7 +523,7 @@ TEST_F(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
 // clients (not the worker's frames) show that any protobuf peer works.
 // wire.pre_reduce: w-1's stream pushes for w-2 too once w-2's credential
 // proves it may; one push with both shares completes the step.
-TEST_F(BadInputTest, AGroupMemberIsAdmittedOnlyWithItsCredential) {
+TEST_P(BadInputTest, AGroupMemberIsAdmittedOnlyWithItsCredential) {
   SharedCredential coordinator;
   coordinator.Set("coordinator-key");
   ParameterServerService::Options options;
@@ -556,7 +576,7 @@ TEST_F(BadInputTest, AGroupMemberIsAdmittedOnlyWithItsCredential) {
   EXPECT_NE(Pull(), before);
 }
 
-TEST_F(BadInputTest, Bf16GradientsAndParametersOnTheWire) {
+TEST_P(BadInputTest, Bf16GradientsAndParametersOnTheWire) {
   v1::JobSpec spec = Spec();
   spec.mutable_wire()->set_gradients(v1::ENCODING_BF16);
   spec.mutable_wire()->set_parameters(v1::ENCODING_BF16);
@@ -622,7 +642,7 @@ TEST_F(BadInputTest, Bf16GradientsAndParametersOnTheWire) {
   }
 }
 
-TEST_F(BadInputTest, BadInitJobNamesTheField) {
+TEST_P(BadInputTest, BadInitJobNamesTheField) {
   v1::InitJobRequest init;
   init.set_job_id("job-2");
   *init.mutable_spec() = Spec();
@@ -698,7 +718,7 @@ class FloodTest : public BadInputTest {
   }
 };
 
-TEST_F(FloodTest, IdleAndHalfOpenStreamsAreBoundedAndClosedWhileAJobTrains) {
+TEST_P(FloodTest, IdleAndHalfOpenStreamsAreBoundedAndClosedWhileAJobTrains) {
   Open a = Member("w-1"), b = Member("w-2");
   Step(a, b, 0);
   std::vector<Open> flood;
@@ -735,6 +755,13 @@ TEST_F(FloodTest, IdleAndHalfOpenStreamsAreBoundedAndClosedWhileAJobTrains) {
   again.context->TryCancel();
   again.rw->Finish().IgnoreError();
 }
+
+std::string ServiceName(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "Callback" : "Sync";
+}
+INSTANTIATE_TEST_SUITE_P(Streams, BadInputTest, ::testing::Bool(),
+                         ServiceName);
+INSTANTIATE_TEST_SUITE_P(Streams, FloodTest, ::testing::Bool(), ServiceName);
 
 }  // namespace
 }  // namespace fulcrum

@@ -32,7 +32,7 @@ bool FrameParamsWriter::Deliver() {
   if (!on_ring_) {
     frame_.message.set_rings(ring_ != nullptr);
     on_ring_ = ring_ != nullptr;
-    const bool sent = stream_->Write(frame_);
+    const bool sent = sink_->Write(frame_);
     frame_.message.clear_rings();
     return sent;
   }

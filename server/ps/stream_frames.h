@@ -25,6 +25,32 @@
 
 namespace fulcrum {
 
+// Where a FrameParamsWriter's gRPC messages go: the synchronous stream's
+// Write (StreamWriterSink), or the callback service's write queue
+// (stream_reactor.h).
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  // Sends `frame`, or queues a copy of it (its payload slice referenced,
+  // not copied): the writer reuses the frame for the next message. false:
+  // the peer is gone.
+  virtual bool Write(const ResponseFrame& frame) = 0;
+};
+
+class StreamWriterSink : public FrameSink {
+ public:
+  // Not owned.
+  explicit StreamWriterSink(
+      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream)
+      : stream_(stream) {}
+  bool Write(const ResponseFrame& frame) override {
+    return stream_->Write(frame);
+  }
+
+ private:
+  grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* const stream_;
+};
+
 // Params frames written to the data-plane stream: the values are read once,
 // into a fresh slice (narrowed in that copy when the job sends bf16), and
 // leave from it - or, on a stream with a mapped segment, into the partition's
@@ -34,12 +60,11 @@ namespace fulcrum {
 // worker's rings are in use (UseRing).
 class FrameParamsWriter : public ParamsWriter {
  public:
-  // `segment` (may be null: TCP) and `slots` (bytes from the parameter
-  // region's start, by partition id) are not owned.
-  FrameParamsWriter(
-      grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* stream,
-      const ShmSegment* segment, const std::vector<int64_t>* slots)
-      : stream_(stream), segment_(segment), slots_(slots) {}
+  // `sink`, `segment` (may be null: TCP) and `slots` (bytes from the
+  // parameter region's start, by partition id) are not owned.
+  FrameParamsWriter(FrameSink* sink, const ShmSegment* segment,
+                    const std::vector<int64_t>* slots)
+      : sink_(sink), segment_(segment), slots_(slots) {}
   // The stream's response ring (not owned; it must outlive the writer):
   // the first message still goes over gRPC, with `rings` set; every later
   // one through the ring, each waiting at most `wait` for room, or until
@@ -55,7 +80,7 @@ class FrameParamsWriter : public ParamsWriter {
   // frame_ out: over gRPC, or through the ring once switched to it.
   bool Deliver();
 
-  grpc::ServerReaderWriter<ResponseFrame, RequestFrame>* const stream_;
+  FrameSink* const sink_;
   const ShmSegment* const segment_;
   const std::vector<int64_t>* const slots_;
   bool in_segment_ = false;  // Reserve's room is in the segment
