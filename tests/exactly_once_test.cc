@@ -47,13 +47,14 @@ v1::JobSpec Spec() {
 // only hello and its end, so the proxies' per-byte drops would never fire:
 // a thread drops every connection of one proxy or the other each time
 // worker 0 has finished 4 more steps, wherever the others are in theirs).
-// kCallback: over TCP to shards serving Stream on gRPC's callback API.
+// kCallback / kShmCallback: the same to shards serving Stream on gRPC's
+// callback API.
 class ExactlyOnceTest : public ::testing::TestWithParam<testing::Transport> {
 };
 
 TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
-  const bool shared_memory = GetParam() == testing::Transport::kShm;
-  const bool callback = GetParam() == testing::Transport::kCallback;
+  const bool shared_memory = testing::SharedMemory(GetParam());
+  const bool callback = testing::CallbackShards(GetParam());
   constexpr int kWorkers = 4;
   constexpr int64_t kSteps = 40;
   const v1::JobSpec spec = Spec();
@@ -200,7 +201,8 @@ TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
 INSTANTIATE_TEST_SUITE_P(Transports, ExactlyOnceTest,
                          ::testing::Values(testing::Transport::kGrpc,
                                            testing::Transport::kShm,
-                                           testing::Transport::kCallback),
+                                           testing::Transport::kCallback,
+                                           testing::Transport::kShmCallback),
                          [](const auto& info) {
                            return testing::TransportName(info.param);
                          });

@@ -46,6 +46,8 @@ std::string TransportName(Transport t) {
       return "local";
     case Transport::kCallback:
       return "callback";
+    case Transport::kShmCallback:
+      return "shm_callback";
   }
   return "?";
 }
@@ -70,8 +72,7 @@ TrainRun TrainInProcess(
                                         : std::make_unique<CpuBackend>());
   }
   for (int s = 0; s < spec.shards(); ++s) {
-    servers.push_back(
-        StartShard(shards_map_shm, transport == Transport::kCallback));
+    servers.push_back(StartShard(shards_map_shm, CallbackShards(transport)));
     addresses.push_back(servers.back()->address);
     cores.push_back(&servers.back()->core);
     JobInit init{"job", spec, s, spec.shards(), 1, ids};
@@ -86,10 +87,9 @@ TrainRun TrainInProcess(
   GrpcChannelFactory shm_channels(/*shared_memory=*/true);
   LocalChannelFactory local_channels(cores);
   ChannelFactory* channels =
-      transport == Transport::kGrpc || transport == Transport::kCallback
-          ? static_cast<ChannelFactory*>(&tcp_channels)
-      : transport == Transport::kShm ? static_cast<ChannelFactory*>(&shm_channels)
-                                     : &local_channels;
+      transport == Transport::kLocal ? static_cast<ChannelFactory*>(&local_channels)
+      : SharedMemory(transport)      ? static_cast<ChannelFactory*>(&shm_channels)
+                                     : &tcp_channels;
   // wire.pre_reduce: the group's nonce, one per run.
   const std::string group_nonce =
       absl::StrCat("in-process-", getpid(), "-", absl::ToUnixNanos(absl::Now()));

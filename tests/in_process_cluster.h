@@ -38,9 +38,18 @@ std::unique_ptr<ShardServer> StartShard(bool shared_memory = true,
                                         bool callback_streams = false);
 
 // kGrpc: payloads over TCP (shared memory off); kShm: over shared-memory
-// segments, control over gRPC; kLocal: the in-process channel; kCallback:
-// as kGrpc, to shards serving Stream on gRPC's callback API.
-enum class Transport { kGrpc, kShm, kLocal, kCallback };
+// segments, control over gRPC; kLocal: the in-process channel; kCallback /
+// kShmCallback: as kGrpc / kShm, to shards serving Stream on gRPC's
+// callback API.
+enum class Transport { kGrpc, kShm, kLocal, kCallback, kShmCallback };
+// Whether the shards serve Stream on the callback API / the workers offer
+// shared memory.
+inline bool CallbackShards(Transport t) {
+  return t == Transport::kCallback || t == Transport::kShmCallback;
+}
+inline bool SharedMemory(Transport t) {
+  return t == Transport::kShm || t == Transport::kShmCallback;
+}
 std::string TransportName(Transport t);
 
 struct TrainRun {

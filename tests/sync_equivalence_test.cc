@@ -73,7 +73,7 @@ std::vector<std::vector<float>> Train(
     EXPECT_EQ(s.max, 0) << "sync reads are fresh";
   // The transport is the one asked for: with kShm every stream's payloads
   // went through its segment (none fell back to TCP).
-  if (transport == Transport::kShm) {
+  if (testing::SharedMemory(transport)) {
     EXPECT_GE(run.shm_mapped, workers);
     EXPECT_EQ(run.shm_refused, 0);
   } else {
@@ -96,7 +96,7 @@ double MaxRelativeDifference(const std::vector<float>& a,
 
 // On every transport of the data plane: gRPC on loopback with payloads in
 // the messages or in shared memory, the in-process channel into the shard
-// cores, and gRPC to shards serving Stream on the callback API.
+// cores, and both gRPC ways to shards serving Stream on the callback API.
 class SyncEquivalenceTest
     : public ::testing::TestWithParam<std::tuple<int, int, Transport>> {};
 
@@ -129,7 +129,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(1, 2, 3),
                        ::testing::Values(Transport::kGrpc, Transport::kShm,
                                          Transport::kLocal,
-                                         Transport::kCallback)),
+                                         Transport::kCallback,
+                                         Transport::kShmCallback)),
     [](const auto& info) {
       return absl::StrCat(std::get<0>(info.param), "workers_",
                           std::get<1>(info.param), "shards_",
@@ -163,7 +164,7 @@ TEST_P(PreReduceTest, AHostGroupTrainsAsOneBigBatch) {
   if (transport != Transport::kLocal) {
     EXPECT_EQ(run.group_members, (workers - 1) * shards);
   }
-  if (transport == Transport::kShm) {
+  if (testing::SharedMemory(transport)) {
     EXPECT_EQ(run.shm_mapped, shards);
   }
 }
@@ -173,7 +174,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(2, 4),
                        ::testing::Values(Transport::kGrpc, Transport::kShm,
                                          Transport::kLocal,
-                                         Transport::kCallback)),
+                                         Transport::kCallback,
+                                         Transport::kShmCallback)),
     [](const auto& info) {
       return absl::StrCat(std::get<0>(info.param), "workers_",
                           testing::TransportName(std::get<1>(info.param)));

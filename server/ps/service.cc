@@ -275,12 +275,14 @@ absl::Status ParameterServerService::ServeStream(
                    WorkerStream::Open(*shard_, admitted, std::move(options),
                                       &writer));
   if (!rings) {
-    return ServePushes(context, deadline, segment.get(), *worker,
+    return ServePushes([context] { return context->IsCancelled(); }, deadline,
+                       segment.get(), *worker,
                        [stream](RequestFrame* r) -> absl::StatusOr<bool> {
                          return stream->Read(r);
                        });
   }
-  return ServePushes(context, deadline, segment.get(), *worker,
+  return ServePushes([context] { return context->IsCancelled(); }, deadline,
+                     segment.get(), *worker,
                      [&rings, context](RequestFrame* r) {
                        return ReadRingRequest(
                            rings->requests,
@@ -301,7 +303,7 @@ absl::StatusOr<StreamHello> ParameterServerService::AdmitHello(
 }
 
 absl::Status ParameterServerService::ServePushes(
-    grpc::ServerContext* context, Watchdog::Deadline* deadline,
+    absl::FunctionRef<bool()> cancelled, Watchdog::Deadline* deadline,
     const ShmSegment* segment, WorkerStream& worker,
     absl::FunctionRef<absl::StatusOr<bool>(RequestFrame*)> next) {
   RequestFrame request;
@@ -326,7 +328,7 @@ absl::Status ParameterServerService::ServePushes(
       RETURN_IF_ERROR(worker.Push(chunk));
     }
   }
-  if (context->IsCancelled()) {
+  if (cancelled()) {
     return absl::DeadlineExceededError(absl::StrCat(
         "no message within ", absl::FormatDuration(options_.idle_timeout)));
   }

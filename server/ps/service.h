@@ -122,9 +122,10 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // The read loop: every push message (with its more[]) into `worker`,
   // payloads from the message or `segment` (may be null). `next` reads the
   // next message - from the gRPC stream, or from the segment's request
-  // ring (StreamRings) - false at the worker's half-close.
+  // ring (StreamRings) - false at the worker's half-close; `cancelled()`:
+  // the call was (its end: the idle deadline passed).
   absl::Status ServePushes(
-      grpc::ServerContext* context, Watchdog::Deadline* deadline,
+      absl::FunctionRef<bool()> cancelled, Watchdog::Deadline* deadline,
       const ShmSegment* segment, WorkerStream& worker,
       absl::FunctionRef<absl::StatusOr<bool>(RequestFrame*)> next);
   absl::Status ServeInitialize(grpc::ServerContext* context,

@@ -443,7 +443,7 @@ TEST_P(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
   ASSERT_TRUE(rw->Write(HelloOffering(segment->get(), kRing)));
   v1::StreamResponse first;
   ASSERT_TRUE(rw->Read(&first));
-  EXPECT_EQ(first.rings(), !callback());
+  EXPECT_TRUE(first.rings());
   ASSERT_TRUE(first.params().has_shm());
 
   // The gradient in its slot (after the rings), the push in the ring.
@@ -458,21 +458,13 @@ TEST_P(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
   push->mutable_shm()->set_bytes(144);
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   const auto never = [] { return false; };
-  // The callback service declines rings (they need a thread asleep on the
-  // ring): the stream stays on gRPC messages, payloads in the slots.
-  if (callback()) {
-    ASSERT_TRUE(rw->Write(r));
-  } else {
-    ASSERT_TRUE(rings->requests.Write(r, deadline, never).ok());
-  }
+  ASSERT_TRUE(rings->requests.Write(r, deadline, never).ok());
   // w-2's share of step 0, over gRPC: the step completes.
   const v1::Push w2 = GoodPush();
   ASSERT_TRUE(Send("job-1", "w-2", 1, &w2).ok());
 
   v1::StreamResponse answer;
-  absl::StatusOr<bool> read =
-      callback() ? absl::StatusOr<bool>(rw->Read(&answer))
-                 : rings->responses.Read(&answer, deadline, never);
+  absl::StatusOr<bool> read = rings->responses.Read(&answer, deadline, never);
   ASSERT_TRUE(read.ok()) << read.status();
   ASSERT_TRUE(*read);
   EXPECT_EQ(answer.params().version(), 1);
@@ -486,12 +478,10 @@ TEST_P(BadInputTest, MessageRingsCarryTheStreamAndBadSizesAreRefused) {
 
   // The worker's close: the shard ends the stream with OK and closes the
   // response ring.
-  if (!callback()) {
-    rings->requests.Close();
-    read = rings->responses.Read(&answer, deadline, never);
-    ASSERT_TRUE(read.ok()) << read.status();
-    EXPECT_FALSE(*read);
-  }
+  rings->requests.Close();
+  read = rings->responses.Read(&answer, deadline, never);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_FALSE(*read);
   rw->WritesDone();
   v1::StreamResponse ignored;
   EXPECT_FALSE(rw->Read(&ignored));  // nothing more on gRPC

@@ -1,6 +1,7 @@
 #include "server/ps/stream_reactor.h"
 
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -39,7 +40,10 @@ StreamReactor::~StreamReactor() {
 void StreamReactor::OnReadDone(bool ok) {
   if (!ok) {
     // The worker half-closed, or the call was cancelled (its transport,
-    // or our TryCancel at the hello's or the idle deadline).
+    // or our TryCancel at the hello's or the idle deadline). On rings a
+    // half-close follows the request ring's close, which the ring thread
+    // reads after the last push: it ends the stream.
+    if (rings_ && !context_->IsCancelled()) return;
     absl::Status s;
     if (context_->IsCancelled()) {
       s = absl::DeadlineExceededError(
@@ -54,11 +58,28 @@ void StreamReactor::OnReadDone(bool ok) {
     End(std::move(s));
     return;
   }
+  if (rings_) {
+    // On rings every request goes through the request ring.
+    End(absl::InvalidArgumentError(
+        "a message on the gRPC stream of a stream on rings (after the "
+        "hello, requests go through the request ring)"));
+    return;
+  }
   deadline_.Set(absl::InfiniteFuture());
   absl::Status s = FromGrpcStatus(request_.parse_error);
   bool pending = false;
   if (s.ok() && stream_ == nullptr) {
     s = Hello();
+    if (s.ok() && rings_) {
+      // The thread reads the ring; the reactor watches gRPC for the end.
+      {
+        absl::MutexLock lock(&mu_);
+        ring_thread_ = true;
+        StartRead(&request_);
+      }
+      std::thread([this] { RingLoop(); }).detach();
+      return;
+    }
   } else if (s.ok()) {
     more_at_ = -1;
     s = Pushes(&pending);
@@ -79,15 +100,22 @@ absl::Status StreamReactor::Hello() {
   ASSIGN_OR_RETURN(const StreamHello admitted, service_->AdmitHello(hello));
   if (hello.has_shm()) segment_ = service_->MapSegment(hello, &slots_);
   if (segment_ != nullptr && hello.shm().ring_bytes() != 0) {
-    // Checked as the synchronous handler checks them, though not used.
-    RETURN_IF_ERROR(
-        StreamRings::In(*segment_, hello.shm().ring_bytes()).status());
+    ASSIGN_OR_RETURN(StreamRings in,
+                     StreamRings::In(*segment_, hello.shm().ring_bytes()));
+    rings_.emplace(std::move(in));
   }
+  auto stopped = [this] { return Stopped(); };
   FrameSink* sink = this;
   writer_ = std::make_unique<FrameParamsWriter>(sink, segment_.get(), &slots_);
+  // The first message (the initial values) goes over gRPC, saying so.
+  if (rings_) {
+    writer_->UseRing(&rings_->responses, service_->options_.step_timeout,
+                     stopped);
+  }
   WorkerStream::Options options;
   options.step_timeout = service_->options_.step_timeout;
   options.metrics = service_->metrics_;
+  options.cancelled = stopped;  // the ring thread's blocking waits
   ASSIGN_OR_RETURN(stream_, WorkerStream::Open(*service_->shard_, admitted,
                                                std::move(options),
                                                writer_.get()));
@@ -130,6 +158,34 @@ absl::Status StreamReactor::Pushes(bool* pending) {
     if (*pending) return absl::OkStatus();
   }
   return absl::OkStatus();
+}
+
+void StreamReactor::RingLoop() {
+  absl::Status s = service_->ServePushes(
+      [this] { return Stopped(); }, &deadline_, segment_.get(), *stream_,
+      [this](RequestFrame* r) {
+        return ReadRingRequest(rings_->requests, [this] { return Stopped(); },
+                               r);
+      });
+  // However it ended, the worker reading the response ring hears it now.
+  rings_->responses.Close();
+  bool gone;
+  {
+    absl::MutexLock lock(&mu_);
+    ring_thread_ = false;
+    EndLocked(std::move(s));
+    gone = DeletableLocked();
+  }
+  if (gone) delete this;
+}
+
+bool StreamReactor::Stopped() {
+  if (ring_stop_.load()) return true;
+  // The context lives until OnDone returns: looked at under the lock
+  // OnDone takes, never after. (A leaf lock: blocking waits call this
+  // under a partition's lock.)
+  absl::MutexLock lock(&context_mu_);
+  return context_gone_ || context_->IsCancelled();
 }
 
 void StreamReactor::NextRead() {
@@ -262,6 +318,7 @@ void StreamReactor::EndLocked(absl::Status s) {
         absl::AsciiStrToLower(absl::StatusCodeToString(s.code())));
   }
   end_ = std::move(s);
+  ring_stop_ = true;
   // An error drops what is queued; the write in flight completes first.
   if (!end_->ok() && queue_.size() > 1) queue_.resize(1);
   if (!end_->ok() && !writing_) queue_.clear();
@@ -276,6 +333,10 @@ void StreamReactor::MaybeFinishLocked() {
 
 void StreamReactor::OnDone() {
   if (admitted_) service_->Leave(watch_);  // no Expired() after this
+  {
+    absl::MutexLock lock(&context_mu_);
+    context_gone_ = true;  // the ring thread looks at it no more
+  }
   bool gone;
   {
     absl::MutexLock lock(&mu_);

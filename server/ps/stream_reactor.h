@@ -10,10 +10,10 @@
 // write queue - one outstanding gRPC write, the rest queued in order.
 //
 // The same frames, hello, admission and shared-memory segment as the
-// synchronous handler (the segment's parameter slots, batched messages);
-// the message rings are not served here - a worker that offers them stays
-// on gRPC messages with the segment's slots (rings need a thread to sleep
-// on the ring).
+// synchronous handler (the segment's parameter slots, batched messages).
+// A co-located worker's message rings need a thread to sleep on the ring:
+// such a stream gets one (RingLoop, the synchronous handler's loop over
+// the request ring), and the reactor only watches the gRPC stream's end.
 //
 // Deadlines: one Watchdog entry with a moving deadline - the hello's, then
 // the idle one while a read is outstanding, then step_timeout while an
@@ -32,6 +32,7 @@
 
 #include <grpcpp/support/server_callback.h>
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -42,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/concurrency/watchdog.h"
 #include "common/dataplane/grpc_frames.h"
+#include "common/dataplane/shm_ring.h"
 #include "common/dataplane/shm_segment.h"
 #include "server/ps/stream_frames.h"
 #include "server/ps/worker_stream.h"
@@ -76,6 +78,12 @@ class StreamReactor final
   absl::Status Pushes(bool* pending);
   // Whatever request_ needed is done: read the next one.
   void NextRead();
+  // A stream on rings: its thread reads the request ring (blocking pushes,
+  // as the synchronous handler), then ends the stream.
+  void RingLoop();
+  // The ring thread's cancellation: the stream ended, or the call was
+  // cancelled (the worker gone, the idle deadline).
+  bool Stopped();
   // A waiting answer's end (WorkerStream's callback).
   void Answered(absl::Status s);
   // The watchdog's deadline passed (on its thread, under its lock: quick).
@@ -87,7 +95,7 @@ class StreamReactor final
   void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OnDone ran and no other thread is in or will come into the reactor.
   bool DeletableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return done_ && !answering_ && !processing_;
+    return done_ && !answering_ && !processing_ && !ring_thread_;
   }
 
   ParameterServerService* const service_;
@@ -101,9 +109,15 @@ class StreamReactor final
   int more_at_ = -1;  // next push of request_: -1 the first, i more[i]
   std::vector<int64_t> slots_;
   std::unique_ptr<ShmSegment> segment_;
+  std::optional<StreamRings> rings_;
+  // Set at the stream's end: the ring thread's waits stop (polled).
+  std::atomic<bool> ring_stop_{false};
   std::unique_ptr<FrameParamsWriter> writer_;
   std::unique_ptr<WorkerStream> stream_;
   PushChunk chunk_;
+
+  absl::Mutex context_mu_;
+  bool context_gone_ ABSL_GUARDED_BY(context_mu_) = false;  // OnDone came
 
   absl::Mutex mu_;
   std::deque<std::unique_ptr<ResponseFrame>> queue_ ABSL_GUARDED_BY(mu_);
@@ -116,6 +130,7 @@ class StreamReactor final
   std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish called
   bool done_ ABSL_GUARDED_BY(mu_) = false;      // OnDone ran
+  bool ring_thread_ ABSL_GUARDED_BY(mu_) = false;  // RingLoop runs
 };
 
 }  // namespace fulcrum
