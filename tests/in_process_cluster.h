@@ -33,14 +33,15 @@ struct ShardServer {
 // A parameter shard served over gRPC on 127.0.0.1 (a kernel-picked port);
 // shared_memory: whether it maps the segments workers offer;
 // callback_streams: Stream served by the callback reactor
-// (stream_reactor.h) instead of a handler thread per stream.
+// (stream_reactor.h, the default) or a handler thread per stream.
 std::unique_ptr<ShardServer> StartShard(bool shared_memory = true,
-                                        bool callback_streams = false);
+                                        bool callback_streams = true);
 
 // kGrpc: payloads over TCP (shared memory off); kShm: over shared-memory
-// segments, control over gRPC; kLocal: the in-process channel; kCallback /
-// kShmCallback: as kGrpc / kShm, to shards serving Stream on gRPC's
-// callback API.
+// segments, control over gRPC - both to shards serving Stream with a
+// handler thread per stream (--stream_service=sync); kLocal: the
+// in-process channel; kCallback / kShmCallback: as kGrpc / kShm, to shards
+// serving Stream on gRPC's callback API (the default).
 enum class Transport { kGrpc, kShm, kLocal, kCallback, kShmCallback };
 // Whether the shards serve Stream on the callback API / the workers offer
 // shared memory.

@@ -62,11 +62,11 @@ ABSL_FLAG(int64_t, memory_bytes, -1,
 ABSL_FLAG(bool, shared_memory, true,
           "map the shared-memory segment a worker on this host offers, so "
           "that its payloads skip TCP (false: every stream on TCP)");
-ABSL_FLAG(std::string, stream_service, "sync",
-          "how the data-plane streams are served: sync (a handler thread per "
-          "stream; message rings for workers on this host) or callback "
-          "(gRPC's callback API, no thread per stream, no message rings; "
-          "docs/benchmarks.md compares them)");
+ABSL_FLAG(std::string, stream_service, "callback",
+          "how the data-plane streams are served: callback (gRPC's callback "
+          "API: no thread per TCP stream; a thread per stream on message "
+          "rings) or sync (a gRPC handler thread per stream); "
+          "docs/benchmarks.md compares them");
 ABSL_FLAG(std::string, checkpoint_root, "/var/lib/fulcrum/checkpoints",
           "checkpoint files go under this directory: a job's checkpoint.dir "
           "is taken from it (relative) or must lie in it (absolute), and may "

@@ -56,9 +56,8 @@ class ParameterServerService final : public v1::ParameterServer::Service {
     // host); false: every stream stays on TCP.
     bool shared_memory = true;
     // Serve Stream on gRPC's callback API (stream_reactor.h: no thread
-    // per stream, no message rings) instead of a synchronous handler
-    // thread per stream.
-    bool callback_streams = false;
+    // per TCP stream) instead of a synchronous handler thread per stream.
+    bool callback_streams = true;
   };
 
   // `shard` is not owned and must outlive the service.
