@@ -43,7 +43,7 @@ class ParameterServerService final : public v1::ParameterServer::Service {
     // - one more is RESOURCE_EXHAUSTED -, the time to a stream's first
     // message, and the time a stream may wait for its next message (not
     // counting a read's wait for the other workers, which step_timeout
-    // bounds). Past a deadline the stream is cancelled and its thread freed.
+    // bounds). Past a deadline the stream is cancelled and what it held freed.
     // Not owned, may be null (nothing checked: tests): the coordinator's
     // credential as the shard learned it. Then InitJob, Reconfigure, EndJob
     // and Pull must carry it, and a hello or Initialize the worker's
