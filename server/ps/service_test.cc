@@ -422,6 +422,57 @@ TEST_P(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
   service_.reset();
 }
 
+// A read that waits for a member who never pushes ends at step_timeout
+// with DEADLINE_EXCEEDED naming the partition; a worker that gives up on a
+// waiting read (cancels) frees the stream at once - the synchronous
+// handler's condition-variable wait and the callback service's pending
+// answer alike.
+TEST_P(BadInputTest, AWaitingReadEndsAtTheStepTimeoutOrWhenTheWorkerCancels) {
+  ParameterServerService::Options options;
+  options.step_timeout = absl::Seconds(2);
+  TearDown();
+  shard_.EndJob("job-1");
+  shard_.ForgetJob("job-1");
+  Start(options);
+  for (const bool cancel : {false, true}) {
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(10));
+    auto rw = stub_->Stream(&context);
+    v1::StreamRequest hello;
+    hello.mutable_hello()->set_job_id("job-1");
+    hello.mutable_hello()->set_worker_id("w-1");
+    hello.mutable_hello()->set_generation(1);
+    ASSERT_TRUE(rw->Write(hello));
+    v1::StreamResponse initial;
+    ASSERT_TRUE(rw->Read(&initial));
+    v1::StreamRequest push;
+    *push.mutable_push() = GoodPush();  // w-1's share of step 0; w-2 never
+    ASSERT_TRUE(rw->Write(push));
+    const absl::Time start = absl::Now();
+    if (cancel) {
+      absl::SleepFor(absl::Milliseconds(50));  // the read waits by now
+      context.TryCancel();
+      rw->Finish().IgnoreError();
+      const absl::Time until = absl::Now() + absl::Seconds(5);
+      while (service_->open_streams() != 0 && absl::Now() < until)
+        absl::SleepFor(absl::Milliseconds(5));
+      EXPECT_EQ(service_->open_streams(), 0)
+          << "a cancelled waiting read still holds its stream";
+      EXPECT_LT(absl::Now() - start, absl::Milliseconds(1500))
+          << "freed at the cancel, not at the step timeout";
+      continue;
+    }
+    v1::StreamResponse more;
+    EXPECT_FALSE(rw->Read(&more)) << "no answer: w-2 never pushed";
+    const grpc::Status s = rw->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+        << s.error_message();
+    EXPECT_NE(s.error_message().find("partition 0"), std::string::npos)
+        << s.error_message();
+    EXPECT_GE(absl::Now() - start, absl::Milliseconds(1900));
+  }
+}
+
 // Message rings (ShmOffer.ring_bytes): the shard's first message says
 // `rings`, then a push goes in through the request ring and its answer
 // comes out of the response ring (w-2 pushes over plain gRPC meanwhile);
