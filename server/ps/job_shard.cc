@@ -358,7 +358,7 @@ absl::Status JobShard::WaitForVersion(int32_t partition, int64_t version,
 
 std::optional<absl::Status> JobShard::OnVersion(
     int32_t partition, int64_t version, int64_t generation,
-    std::vector<int> members, std::function<void(absl::Status)> done,
+    absl::Span<const int> members, std::function<void(absl::Status)> done,
     uint64_t* id) {
   PartitionState* p = Find(partition);
   if (p == nullptr)
@@ -370,8 +370,9 @@ std::optional<absl::Status> JobShard::OnVersion(
     return s;
   }
   *id = p->waits.Add(
+      // The members are copied only for a wait that is kept.
       [this, p, partition, version, generation,
-       members = std::move(members)] {
+       members = std::vector<int>(members.begin(), members.end())] {
         p->mu.AssertHeld();
         return VersionOutcome(*p, partition, version, generation, members);
       },

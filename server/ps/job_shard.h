@@ -156,7 +156,7 @@ class JobShard {
   // cancellation of its own: the caller keeps those.
   std::optional<absl::Status> OnVersion(int32_t partition, int64_t version,
                                         int64_t generation,
-                                        std::vector<int> members,
+                                        absl::Span<const int> members,
                                         std::function<void(absl::Status)> done,
                                         uint64_t* id);
   // True when the wait was still waiting (its callback never runs).

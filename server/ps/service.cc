@@ -314,17 +314,10 @@ absl::Status ParameterServerService::ServePushes(
     if (!read) break;
     Busy(deadline);  // a read may wait for the other workers (step_timeout)
     RETURN_IF_ERROR(FromGrpcStatus(request.parse_error));
-    if (!request.message.has_push()) {
-      return absl::InvalidArgumentError(
-          "hello may only be the first message of a stream");
-    }
     // more[]: pushes of the same batch, through the segment.
-    RETURN_IF_ERROR(CheckMore(request.message, segment));
-    RETURN_IF_ERROR(
-        FromPush(request.message.push(), request.data, segment, &chunk));
-    RETURN_IF_ERROR(worker.Push(chunk));
-    for (const v1::Push& more : request.message.more()) {
-      RETURN_IF_ERROR(FromPush(more, Payload(), segment, &chunk));
+    RETURN_IF_ERROR(CheckPushes(request.message, segment));
+    for (int i = 0; i < PushCount(request.message); ++i) {
+      RETURN_IF_ERROR(PushAt(request, i, segment, &chunk));
       RETURN_IF_ERROR(worker.Push(chunk));
     }
   }

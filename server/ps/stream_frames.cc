@@ -143,6 +143,22 @@ absl::Status CheckMore(const v1::StreamRequest& message,
   return absl::OkStatus();
 }
 
+absl::Status CheckPushes(const v1::StreamRequest& message,
+                         const ShmSegment* segment) {
+  if (!message.has_push()) {
+    return absl::InvalidArgumentError(
+        "hello may only be the first message of a stream");
+  }
+  return CheckMore(message, segment);
+}
+
+absl::Status PushAt(const RequestFrame& request, int i,
+                    const ShmSegment* segment, PushChunk* out) {
+  if (i == 0)
+    return FromPush(request.message.push(), request.data, segment, out);
+  return FromPush(request.message.more(i - 1), Payload(), segment, out);
+}
+
 absl::StatusOr<bool> ReadRingRequest(ShmRing& ring,
                                      absl::FunctionRef<bool()> cancelled,
                                      RequestFrame* r) {

@@ -120,6 +120,18 @@ absl::StatusOr<bool> ReadRingRequest(ShmRing& ring,
 absl::Status CheckMore(const v1::StreamRequest& message,
                        const ShmSegment* segment);
 
+// A request after the hello carries pushes (INVALID_ARGUMENT otherwise)
+// and its more[] may be applied (CheckMore): checked before any of them.
+absl::Status CheckPushes(const v1::StreamRequest& message,
+                         const ShmSegment* segment);
+// The pushes a checked request carries: 1 + more_size(); push i as a
+// chunk (0: push, its data the frame's; i > 0: more[i - 1]), by FromPush.
+inline int PushCount(const v1::StreamRequest& message) {
+  return 1 + message.more_size();
+}
+absl::Status PushAt(const RequestFrame& request, int i,
+                    const ShmSegment* segment, PushChunk* out);
+
 }  // namespace fulcrum
 
 #endif  // FULCRUM_SERVER_PS_STREAM_FRAMES_H_

@@ -81,7 +81,7 @@ void StreamReactor::OnReadDone(bool ok) {
       return;
     }
   } else if (s.ok()) {
-    more_at_ = -1;
+    next_push_ = 0;
     s = Pushes(&pending);
   }
   if (!s.ok()) {
@@ -138,22 +138,10 @@ absl::Status StreamReactor::Pushes(bool* pending) {
     }
     return s;
   };
-  if (more_at_ < 0) {
-    if (!m.has_push()) {
-      return absl::InvalidArgumentError(
-          "hello may only be the first message of a stream");
-    }
-    // more[]: pushes of the same batch, through the segment.
-    RETURN_IF_ERROR(CheckMore(m, segment_.get()));
-    RETURN_IF_ERROR(FromPush(m.push(), request_.data, segment_.get(), &chunk_));
-    more_at_ = 0;
-    RETURN_IF_ERROR(push());
-    if (*pending) return absl::OkStatus();
-  }
-  while (more_at_ < m.more_size()) {
-    RETURN_IF_ERROR(
-        FromPush(m.more(more_at_), Payload(), segment_.get(), &chunk_));
-    ++more_at_;
+  // more[]: pushes of the same batch, through the segment.
+  if (next_push_ == 0) RETURN_IF_ERROR(CheckPushes(m, segment_.get()));
+  while (next_push_ < PushCount(m)) {
+    RETURN_IF_ERROR(PushAt(request_, next_push_++, segment_.get(), &chunk_));
     RETURN_IF_ERROR(push());
     if (*pending) return absl::OkStatus();
   }

@@ -73,7 +73,7 @@ class StreamReactor final
   // outstanding.
   bool Write(const ResponseFrame& frame) override;
   // The hello (admission, segment, WorkerStream::Open) / the pushes of
-  // request_ from more_at_ on. OK with *pending when an answer waits.
+  // request_ from next_push_ on. OK with *pending when an answer waits.
   absl::Status Hello();
   absl::Status Pushes(bool* pending);
   // Whatever request_ needed is done: read the next one.
@@ -106,7 +106,7 @@ class StreamReactor final
 
   // The stream's parts, set up by the hello.
   RequestFrame request_;
-  int more_at_ = -1;  // next push of request_: -1 the first, i more[i]
+  int next_push_ = 0;  // of request_ (PushAt's index)
   std::vector<int64_t> slots_;
   std::unique_ptr<ShmSegment> segment_;
   std::optional<StreamRings> rings_;

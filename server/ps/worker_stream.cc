@@ -117,9 +117,7 @@ absl::StatusOr<std::unique_ptr<WorkerStream>> WorkerStream::Open(
   JobShard& j = *stream->job_;
   const int64_t clock =
       j.mode() == JobShard::Mode::kSync ? -1 : j.clocks().Clock(member);
-  const std::vector<int32_t>& ids = j.partition_ids();
-  for (size_t i = 0; i < ids.size(); ++i)
-    RETURN_IF_ERROR(stream->SendPartition(ids[i], clock, i + 1 < ids.size()));
+  RETURN_IF_ERROR(stream->SendAll(clock));
   return stream;
 }
 
@@ -143,6 +141,18 @@ WorkerStream::WorkerStream(std::shared_ptr<JobShard> job,
 WorkerStream::~WorkerStream() {
   if (job_->mode() != JobShard::Mode::kSync)
     job_->clocks().Finish(members_[0], generation_);  // no groups there
+}
+
+absl::Status WorkerStream::SendAll(int64_t clock) {
+  const std::vector<int32_t>& ids = job_->partition_ids();
+  for (size_t i = 0; i < ids.size(); ++i)
+    RETURN_IF_ERROR(SendPartition(ids[i], clock, i + 1 < ids.size()));
+  return absl::OkStatus();
+}
+
+bool WorkerStream::NextReady(size_t i, int64_t clock) {
+  return i + 1 < completed_.size() &&
+         job_->HasVersion(completed_[i + 1], clock, generation_);
 }
 
 absl::Status WorkerStream::SendPartition(int32_t partition, int64_t clock,
@@ -191,7 +201,6 @@ absl::Status WorkerStream::PushAsync(PushChunk chunk,
   if (!read) return absl::OkStatus();
   answer_ = Answer();
   answer_.clock = *read;
-  answer_.deadline = absl::Now() + options_.step_timeout;
   answer_.answered = std::move(answered);
   {
     absl::MutexLock lock(&answer_mu_);
@@ -232,11 +241,11 @@ bool WorkerStream::ContinueAnswer(absl::Status* result) {
       }
       if (!now->ok()) return end(*now);
     }
-    ++a.next;
-    const bool more = a.next < completed_.size() &&
-                      job_->HasVersion(completed_[a.next], a.clock, generation_);
-    if (absl::Status s = SendPartition(partition, a.clock, more); !s.ok())
+    if (absl::Status s =
+            SendPartition(partition, a.clock, NextReady(a.next, a.clock));
+        !s.ok())
       return end(s);
+    ++a.next;
   }
   if (!a.read_done) {
     absl::MutexLock lock(&answer_mu_);
@@ -245,11 +254,7 @@ bool WorkerStream::ContinueAnswer(absl::Status* result) {
     std::optional<absl::StatusOr<int64_t>> now = job_->clocks().OnRead(
         a.clock, job_->read_bound(), generation_,
         [this](absl::StatusOr<int64_t> r) {
-          if (r.ok()) {
-            answer_.read_done = true;
-            if (metrics_.staleness != nullptr)
-              metrics_.staleness->Observe(static_cast<double>(*r));
-          }
+          if (r.ok()) ReadDone(*r);
           Resumed(r.status());
         },
         &id);
@@ -260,21 +265,17 @@ bool WorkerStream::ContinueAnswer(absl::Status* result) {
       return false;
     }
     if (!now->ok()) return end(now->status());
-    a.read_done = true;
-    if (metrics_.staleness != nullptr)
-      metrics_.staleness->Observe(static_cast<double>(**now));
+    ReadDone(**now);
   }
   if (metrics_.barrier_wait_seconds != nullptr)
     metrics_.barrier_wait_seconds->Observe(absl::ToDoubleSeconds(a.waited));
-  if (!sync) {
-    const std::vector<int32_t>& ids = job_->partition_ids();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (absl::Status s = SendPartition(ids[i], a.clock, i + 1 < ids.size());
-          !s.ok())
-        return end(s);
-    }
-  }
-  return end(absl::OkStatus());
+  return end(sync ? absl::OkStatus() : SendAll(a.clock));
+}
+
+void WorkerStream::ReadDone(int64_t staleness) {
+  answer_.read_done = true;
+  if (metrics_.staleness != nullptr)
+    metrics_.staleness->Observe(static_cast<double>(staleness));
 }
 
 void WorkerStream::Resumed(absl::Status s) {
@@ -342,9 +343,7 @@ absl::Status WorkerStream::AnswerRead(int64_t clock) {
                                            members_));
       waited += absl::Now() - start;
       // Held for the next one only when that one is ready too (no wait).
-      const bool more = i + 1 < completed_.size() &&
-                        job_->HasVersion(completed_[i + 1], clock, generation_);
-      RETURN_IF_ERROR(SendPartition(completed_[i], clock, more));
+      RETURN_IF_ERROR(SendPartition(completed_[i], clock, NextReady(i, clock)));
     }
   }
   const absl::Time start = absl::Now();
@@ -358,10 +357,7 @@ absl::Status WorkerStream::AnswerRead(int64_t clock) {
     metrics_.staleness->Observe(static_cast<double>(staleness));
   }
   if (sync) return absl::OkStatus();
-  const std::vector<int32_t>& ids = job_->partition_ids();
-  for (size_t i = 0; i < ids.size(); ++i)
-    RETURN_IF_ERROR(SendPartition(ids[i], clock, i + 1 < ids.size()));
-  return absl::OkStatus();
+  return SendAll(clock);
 }
 
 }  // namespace fulcrum

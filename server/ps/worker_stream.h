@@ -158,6 +158,8 @@ class WorkerStream {
   bool ContinueAnswer(absl::Status* result);
   // A wait's callback: go on, and report the end.
   void Resumed(absl::Status s);
+  // The clock table allowed the answer's read (its staleness).
+  void ReadDone(int64_t staleness);
   // Why a wait for the current answer ended early, as CancelAnswer says.
   absl::Status WaitEnded(absl::StatusCode code) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(answer_mu_);
@@ -167,6 +169,12 @@ class WorkerStream {
   // more: another partition follows at once (ParamsHeader::more).
   absl::Status SendPartition(int32_t partition, int64_t clock,
                              bool more = false);
+  // Every partition held here at `clock`, in one batch (each but the
+  // last marked `more`).
+  absl::Status SendAll(int64_t clock);
+  // Sync: whether completed_[i + 1] is at `clock` already (the partition
+  // before it may be held for the same message).
+  bool NextReady(size_t i, int64_t clock);
   absl::Status AnswerRead(int64_t clock);
 
   const std::shared_ptr<JobShard> job_;
@@ -187,7 +195,6 @@ class WorkerStream {
     int64_t clock = 0;
     size_t next = 0;           // sync: completed_[next] is the next to send
     bool read_done = false;    // the clock table's read has returned
-    absl::Time deadline;       // DEADLINE_EXCEEDED's message only
     absl::Time wait_started;
     absl::Duration waited;
     std::function<void(absl::Status)> answered;

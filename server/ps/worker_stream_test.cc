@@ -2,6 +2,7 @@
 // consistency mode answers a worker's read - without a transport.
 #include "server/ps/worker_stream.h"
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <thread>
@@ -42,6 +43,21 @@ class WorkerStreamTest : public ::testing::Test {
       PushChunk c = testing::Chunk(step, grads_[*it], 1);
       c.partition = *it;
       absl::Status st = s.Push(c);
+      if (!st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  // PushStep through PushAsync: *pending once the read waits; `answered`
+  // as PushAsync's.
+  absl::Status PushStepAsync(WorkerStream& s, int64_t step,
+                             const std::function<void(absl::Status)>& answered,
+                             bool* pending) {
+    const std::vector<int32_t>& ids = job_->partition_ids();
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+      grads_[*it].assign(job_->PartitionSize(*it), 0.5f);
+      PushChunk c = testing::Chunk(step, grads_[*it], 1);
+      c.partition = *it;
+      absl::Status st = s.PushAsync(c, answered, pending);
       if (!st.ok()) return st;
     }
     return absl::OkStatus();
@@ -137,19 +153,14 @@ TEST_F(WorkerStreamTest, PushAsyncAnswersOnTheCompletingPushersThread) {
   std::thread::id answered_on;
   const std::vector<int32_t>& ids = job_->partition_ids();
   bool pending = false;
-  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-    grads_[*it].assign(job_->PartitionSize(*it), 0.5f);
-    PushChunk c = testing::Chunk(0, grads_[*it], 1);
-    c.partition = *it;
-    ASSERT_TRUE(a->PushAsync(
-                     c,
-                     [&](absl::Status s) {
-                       answered = s;
-                       answered_on = std::this_thread::get_id();
-                     },
-                     &pending)
-                    .ok());
-  }
+  ASSERT_TRUE(PushStepAsync(
+                  *a, 0,
+                  [&](absl::Status s) {
+                    answered = s;
+                    answered_on = std::this_thread::get_id();
+                  },
+                  &pending)
+                  .ok());
   EXPECT_TRUE(pending) << "a's read waits for b";
   EXPECT_FALSE(answered.has_value());
   EXPECT_TRUE(wa.WholeAt(1, *job_).empty());
@@ -169,14 +180,8 @@ TEST_F(WorkerStreamTest, APendingAnswerIsCancelledOnceWithWhatItWaitedFor) {
   auto a = Open("a", &wa);
   int calls = 0;
   bool pending = false;
-  const std::vector<int32_t>& ids = job_->partition_ids();
-  for (int32_t id : ids) {
-    grads_[id].assign(job_->PartitionSize(id), 0.5f);
-    PushChunk c = testing::Chunk(0, grads_[id], 1);
-    c.partition = id;
-    ASSERT_TRUE(
-        a->PushAsync(c, [&](absl::Status) { ++calls; }, &pending).ok());
-  }
+  ASSERT_TRUE(
+      PushStepAsync(*a, 0, [&](absl::Status) { ++calls; }, &pending).ok());
   ASSERT_TRUE(pending);
   absl::Status why;
   ASSERT_TRUE(a->CancelAnswer(absl::StatusCode::kDeadlineExceeded, &why));
@@ -200,13 +205,9 @@ TEST_F(WorkerStreamTest, PushAsyncWaitsForTheClockBoundInSsp) {
   auto b = Open("b", &wb);
   std::optional<absl::Status> answered;
   bool pending = false;
-  for (int32_t id : job_->partition_ids()) {
-    grads_[id].assign(job_->PartitionSize(id), 0.5f);
-    PushChunk c = testing::Chunk(0, grads_[id], 1);
-    c.partition = id;
-    ASSERT_TRUE(
-        a->PushAsync(c, [&](absl::Status s) { answered = s; }, &pending).ok());
-  }
+  ASSERT_TRUE(
+      PushStepAsync(*a, 0, [&](absl::Status s) { answered = s; }, &pending)
+          .ok());
   ASSERT_TRUE(pending);
   EXPECT_TRUE(PushStep(*b, 0).ok());
   ASSERT_TRUE(answered.has_value());
