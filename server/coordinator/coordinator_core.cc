@@ -437,7 +437,9 @@ void Coordinator::AbandonRound(const RoundPlan& plan,
             << plan.generation << " not reached, will retry: " << status
             << "\n";
   Job* job = FindJob(plan.job_id);
-  if (job == nullptr) return;
+  // A job that ended while the round ran keeps its end's message (a
+  // fail_job reason was overwritten by the shards' "job has ended").
+  if (job == nullptr || !job->running()) return;
   if (job->phase == JobPhase::kReconfiguring) job->SetPhase(JobPhase::kRunning);
   const int64_t bad = BadCheckpoint(status);
   if (bad > 0) {

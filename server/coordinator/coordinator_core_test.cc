@@ -623,6 +623,58 @@ TEST_F(CoordinatorTest, ANonFiniteUpdateIsAnEventAndFailsTheJobIfAsked) {
   }
 }
 
+// A job that fails while a round is in flight keeps its reason: the round's
+// shards then answer "job has ended", and that failure is not the job's
+// message (it overwrote the non-finite reason before; a flake in
+// pytorch_workers_test's fail_job case).
+TEST_F(CoordinatorTest, AJobThatEndsDuringARoundKeepsItsReason) {
+  v1::JobSpec spec = Spec(1, 2, 1);
+  spec.mutable_optimizer()->set_on_nonfinite("fail_job");
+  auto id = coordinator_.SubmitJob(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const std::string w1 = AddWorker();
+  AddShard("127.0.0.1:1");
+  coordinator_.Tick();
+  env_.Advance(absl::Seconds(2));
+  coordinator_.Tick();
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  ASSERT_EQ(status.state(), v1::RUNNING);
+  const std::string w2 = AddWorker();
+  coordinator_.Tick();
+  ASSERT_TRUE(Beat(w2).prepare());
+  Prepared(w2, *id);
+  // The round to generation 2 starts; while it runs, the shard reports a
+  // non-finite update and then refuses the round: the job has ended.
+  int calls = 0;
+  shards_.during_reconfigure = [&] {
+    if (calls++ > 0) return;
+    v1::ShardHeartbeatRequest beat;
+    beat.set_shard_id(status.shards(0));
+    v1::ShardJobStats* stats = beat.add_jobs();
+    stats->set_job_id(*id);
+    stats->set_generation(1);
+    v1::NonFiniteUpdates* n = stats->mutable_nonfinite();
+    n->set_count(1);
+    n->set_step(9);
+    n->set_partition(0);
+    n->set_worker_id(w1);
+    n->set_largest(1e37f);
+    ASSERT_TRUE(coordinator_.ShardHeartbeat(beat).ok());
+    shards_.failing["127.0.0.1:1"] = absl::FailedPreconditionError(
+        absl::StrCat("job ", *id, " has ended"));
+  };
+  coordinator_.Tick();
+  shards_.during_reconfigure = nullptr;
+  ASSERT_EQ(calls, 1) << "no round ran";
+  status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.state(), v1::FAILED);
+  EXPECT_EQ(status.generation(), 1);
+  EXPECT_NE(status.message().find("step 9: the update of partition 0 "
+                                  "would have made values non-finite"),
+            std::string::npos)
+      << status.message();
+}
+
 // ListJobs answers pages of summaries: however many jobs, one answer stays
 // small (two 5 MB specs made every later list fail before).
 // Shards declare their memory: a model no registered shard could hold is

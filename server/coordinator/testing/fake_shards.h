@@ -4,6 +4,7 @@
 #ifndef FULCRUM_SERVER_COORDINATOR_TESTING_FAKE_SHARDS_H_
 #define FULCRUM_SERVER_COORDINATOR_TESTING_FAKE_SHARDS_H_
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -56,6 +57,7 @@ class FakeShards : public ShardControl {
   }
   absl::StatusOr<v1::ReconfigureResponse> Reconfigure(
       const std::string& address, const v1::ReconfigureRequest& r) override {
+    if (during_reconfigure) during_reconfigure();
     absl::MutexLock lock(&mu);
     reconfigures.push_back({address, r});
     if (r.restore() && bad_steps.count(r.restore_step()))
@@ -118,6 +120,9 @@ class FakeShards : public ShardControl {
   std::vector<v1::LedgerEntry> ledger;
   // Non-null: InitJob waits for it (a slow shard).
   absl::Notification* hold_inits = nullptr;
+  // Set: runs at the start of each Reconfigure, outside `mu` (something that
+  // happens to the job while its round is in flight).
+  std::function<void()> during_reconfigure;
 };
 
 }  // namespace fulcrum::testing
