@@ -202,10 +202,8 @@ absl::Status WorkerStream::PushAsync(PushChunk chunk,
   answer_ = Answer();
   answer_.clock = *read;
   answer_.answered = std::move(answered);
-  {
-    absl::MutexLock lock(&answer_mu_);
-    cancelled_ = absl::OkStatus();
-  }
+  // cancelled_ stays: a cancel that came before this answer started (the
+  // caller marked itself answering, then the peer cancelled) ends it too.
   absl::Status result;
   if (!ContinueAnswer(&result)) {
     *pending = true;
@@ -323,6 +321,11 @@ absl::Status WorkerStream::WaitEnded(absl::StatusCode code) const {
     return absl::DeadlineExceededError(absl::StrCat(
         "partition ", waiting_partition_, " has not reached version ",
         answer_.clock, " within the step timeout (",
+        absl::FormatDuration(options_.step_timeout), ")"));
+  }
+  if (waiting_ == Waiting::kNone) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the read's answer took longer than the step timeout (",
         absl::FormatDuration(options_.step_timeout), ")"));
   }
   return absl::DeadlineExceededError(absl::StrCat(

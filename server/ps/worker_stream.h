@@ -144,7 +144,9 @@ class WorkerStream {
   // for. True: it was waiting and `answered` will not run (the caller
   // takes the status from *why). False: `answered` runs or ran with an
   // outcome of its own (the continuation sees the cancel at its next wait
-  // and ends with it then).
+  // and ends with it then). A cancel is final: an answer that starts after
+  // it (a cancel that came before PushAsync) ends with it at its first
+  // wait.
   bool CancelAnswer(absl::StatusCode code, absl::Status* why);
 
   JobShard& job() { return *job_; }
@@ -205,7 +207,7 @@ class WorkerStream {
   Waiting waiting_ ABSL_GUARDED_BY(answer_mu_) = Waiting::kNone;
   int32_t waiting_partition_ ABSL_GUARDED_BY(answer_mu_) = -1;
   uint64_t wait_id_ ABSL_GUARDED_BY(answer_mu_) = 0;
-  // Set by a CancelAnswer that found the callback already running.
+  // Set by a CancelAnswer that found no wait to remove; never cleared.
   absl::Status cancelled_ ABSL_GUARDED_BY(answer_mu_);
 };
 

@@ -197,6 +197,30 @@ TEST_F(WorkerStreamTest, APendingAnswerIsCancelledOnceWithWhatItWaitedFor) {
   EXPECT_TRUE(wa.WholeAt(1, *job_).empty());
 }
 
+// A cancel that lands before the answer starts (the reactor marked itself
+// answering, then the peer cancelled, then PushAsync ran) is not forgotten:
+// the answer ends with it at its first wait instead of waiting for the
+// other workers (until step_timeout, before).
+TEST_F(WorkerStreamTest, ACancelBeforeTheAnswerStartsEndsIt) {
+  Init("sync", 0);
+  RecordingWriter wa;
+  auto a = Open("a", &wa);
+  absl::Status why;
+  EXPECT_FALSE(a->CancelAnswer(absl::StatusCode::kCancelled, &why))
+      << "nothing waits yet";
+  int calls = 0;
+  bool pending = true;
+  const absl::Status s =
+      PushStepAsync(*a, 0, [&](absl::Status) { ++calls; }, &pending);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_FALSE(pending) << "the cancel was forgotten: the read waits for b";
+  RecordingWriter wb;
+  auto b = Open("b", &wb);
+  EXPECT_TRUE(PushStep(*b, 0).ok());
+  EXPECT_EQ(calls, 0);
+  EXPECT_TRUE(wa.WholeAt(1, *job_).empty());
+}
+
 // ssp(0) waits in the clock table, not on versions: the same contract.
 TEST_F(WorkerStreamTest, PushAsyncWaitsForTheClockBoundInSsp) {
   Init("ssp", 0);
