@@ -128,14 +128,29 @@ TEST(GrpcChannelBadShardTest, ParamsShmOutsideTheParameterRegionFails) {
   }
 }
 
-TEST(GrpcChannelBadShardTest, MoreParamsOutsideTheSegmentFail) {
-  const absl::Status s = OpenAgainst(
-      [](const v1::Hello&) {
-        v1::StreamResponse r = Values(0, false);  // refused: inline
-        *r.add_more() = r.params();               // more[] with data
-        return r;
-      },
-      true);
+// Over TCP a message may carry several chunks (more[], each with its
+// data): all of them are taken. A more[] whose payload is in both the
+// message and the segment (or in neither, on a ring) is nonsense.
+TEST(GrpcChannelBadShardTest, MoreParamsAreTakenFromTheMessageOrTheSegment) {
+  auto split = [](bool also_shm) {
+    return [also_shm](const v1::Hello&) {
+      v1::StreamResponse r = Values(0, false);  // refused: inline
+      v1::Params* more = r.add_more();
+      *more = r.params();
+      r.mutable_params()->set_data(std::string(16, '\0'));  // [0, 4)
+      more->set_offset(4);
+      more->set_data(std::string(24, '\0'));  // [4, 10)
+      if (also_shm) {
+        more->mutable_shm()->set_offset(0);
+        more->mutable_shm()->set_bytes(24);
+      }
+      return r;
+    };
+  };
+  // Only the first chunk's 4 of 10 values would leave Open waiting.
+  const absl::Status ok = OpenAgainst(split(false), true);
+  EXPECT_TRUE(ok.ok()) << ok;
+  const absl::Status s = OpenAgainst(split(true), true);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   EXPECT_NE(s.message().find("more[]"), std::string::npos) << s;
 }

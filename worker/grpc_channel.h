@@ -123,7 +123,8 @@ class GrpcParameterChannel : public ParameterChannel {
   // One StreamResponse's params and more[] into the parameter buffer.
   bool ApplyMessage(Stream* s, Connection& conn,
                     const v1::StreamResponse& message,
-                    const Payload& inline_data);
+                    const Payload& inline_data,
+                    absl::Span<const Payload> more_data);
   // Opens a stream to the shard and sends hello. The connection's context
   // is registered before the call so that Cancel() can reach it. Null once
   // the channel is closing or cancelled.

@@ -20,7 +20,10 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
       return false;
     }
     if (response.message.rings() && !StartRings(s, conn)) return false;
-    if (!ApplyMessage(s, conn, response.message, response.data)) return false;
+    if (!ApplyMessage(s, conn, response.message, response.data,
+                      response.more_data)) {
+      return false;
+    }
     *answered = true;
     if (conn.on_rings) return ReceiveRings(s, conn, answered);
   }
@@ -29,21 +32,32 @@ bool GrpcParameterChannel::Receive(Stream* s, Connection& conn,
 
 bool GrpcParameterChannel::ApplyMessage(Stream* s, Connection& conn,
                                         const v1::StreamResponse& message,
-                                        const Payload& inline_data) {
+                                        const Payload& inline_data,
+                                        absl::Span<const Payload> more_data) {
   // The whole message is checked before any of it counts as arrived (a
   // wait that its first Params ended must not see success before the
-  // failure of its more[]).
-  for (const v1::Params& more : message.more()) {
-    if (!more.has_shm() || !more.data().empty()) {
+  // failure of its more[]): each more[] has its payload in the segment or
+  // out of line (a gRPC message's; a ring's are all in the segment).
+  for (int i = 0; i < message.more_size(); ++i) {
+    const v1::Params& more = message.more(i);
+    const size_t m = static_cast<size_t>(i);
+    const bool out_of_line = m < more_data.size() && more_data[m].bytes() > 0;
+    if (!more.data().empty() || (more.has_shm() && out_of_line) ||
+        (!more.has_shm() && m >= more_data.size())) {
       arrivals_.Fail(absl::InternalError(absl::StrCat(
-          "shard ", s->shard, " sent more[] parameters that are not in the "
-          "shared-memory segment")));
+          "shard ", s->shard, " sent more[] parameters whose values are "
+          "not in exactly one of the message and the shared-memory "
+          "segment")));
       return false;
     }
   }
   if (!Apply(s, conn, message.params(), inline_data)) return false;
-  for (const v1::Params& more : message.more()) {
-    if (!Apply(s, conn, more, Payload())) return false;
+  for (int i = 0; i < message.more_size(); ++i) {
+    const size_t m = static_cast<size_t>(i);
+    if (!Apply(s, conn, message.more(i),
+               m < more_data.size() ? more_data[m] : Payload())) {
+      return false;
+    }
   }
   return true;
 }
@@ -122,7 +136,7 @@ bool GrpcParameterChannel::ApplyRingMessage(
         "whose parameters are not in the segment, or that says `rings`")));
     return false;
   }
-  return ApplyMessage(s, conn, message, Payload());
+  return ApplyMessage(s, conn, message, Payload(), {});
 }
 
 bool GrpcParameterChannel::ReadRings(int64_t clock, absl::Time deadline) {

@@ -1,6 +1,6 @@
-// GrpcParameterChannel's sending side: pushes onto the stream, as messages
-// with their payload out of line (TCP) or as references into the
-// connection's shared-memory segment, a batch in one message - written by
+// GrpcParameterChannel's sending side: pushes onto the stream, with their
+// payloads out of line (TCP) or as references into the connection's
+// shared-memory segment, a batch in one message - written by
 // the sender thread from the queue, or, on a connection whose messages go
 // through the segment's rings, by the pushing thread itself when nothing
 // is queued or being written.
@@ -51,8 +51,11 @@ void GrpcParameterChannel::Enqueue(const QueuedPush& push) {
 
 namespace {
 
-// Pushes of one message at most, with shared memory (StreamRequest.more).
+// Pushes of one message at most (StreamRequest.more).
 constexpr int kMaxBatchedPushes = 64;
+// Over TCP: payload bytes of one message at most (beyond, batching gains
+// nothing per message and the shard starts reducing later).
+constexpr int64_t kMaxBatchedBytes = 1 << 20;
 
 // Every field of `push` but the payload's (data, shm, indices): those of
 // `item`'s chunk at `offset`. Indices and shm cleared.
@@ -98,11 +101,13 @@ bool GrpcParameterChannel::WriteBatch(Stream* s, Connection& conn,
       conn.shm_state == ShmState::kMapped ? conn.shm.get() : nullptr;
   ShmRing* ring = shm != nullptr && conn.on_rings ? &conn.rings->requests
                                                   : nullptr;
-  // Over TCP each chunk is a message; with shared memory a batch's pushes
-  // go in one (push, then more[]): one wake-up of the shard.
+  // A batch's pushes go in one message (push, then more[]): one wake-up of
+  // the shard. Their payloads are out of line (TCP: the frame's out and
+  // more_out) or in the segment.
   int held = 0;
   // A message's size so far (a sparse wire's indices and a group's shares
-  // ride in it): a ring's message stays under a quarter of the ring.
+  // ride in it; over TCP the payloads too): a ring's message stays under a
+  // quarter of the ring, a TCP one under kMaxBatchedBytes.
   int64_t held_bytes = 0;
   // One message out: onto the gRPC stream, or through the request ring (a
   // failed write there ends the connection; its receiver reports it).
@@ -122,18 +127,19 @@ bool GrpcParameterChannel::WriteBatch(Stream* s, Connection& conn,
     if (held == 0) return true;
     held = 0;
     held_bytes = 0;
-    request.out_bytes = 0;
     const bool written = write();
     request.message.clear_more();
+    request.out = nullptr;
+    request.out_bytes = 0;
+    request.more_out.clear();
     return written;
   };
   for (const QueuedPush& item : batch) {
     const Partition& p = layout_->partitions()[item.id];
     const bool ok = ForEachChunk(p, item.samples, chunk_elems_,
                                  [&](int64_t offset, int64_t n) {
-      v1::Push* push = shm != nullptr && held > 0
-                           ? request.message.add_more()
-                           : request.message.mutable_push();
+      v1::Push* push = held > 0 ? request.message.add_more()
+                                : request.message.mutable_push();
       FillPush(item, offset, encoding, push);
       // The chunk's place in its slot (shared memory). The slot is free:
       // the shard consumed its last contents before answering the
@@ -150,9 +156,15 @@ bool GrpcParameterChannel::WriteBatch(Stream* s, Connection& conn,
         push->set_indices(c.indices.data(), c.indices.size());
       }
       if (shm == nullptr) {
-        request.out = c.data;
-        request.out_bytes = c.bytes;
-        return write();
+        if (held == 0) {
+          request.out = c.data;
+          request.out_bytes = c.bytes;
+        } else {
+          request.more_out.push_back({c.data, c.bytes});
+        }
+        held_bytes += static_cast<int64_t>(c.bytes + push->ByteSizeLong());
+        return (++held < kMaxBatchedPushes && held_bytes < kMaxBatchedBytes) ||
+               flush();
       }
       if (n > 0) {
         // Narrowed straight into the slot, or copied there.
@@ -168,6 +180,9 @@ bool GrpcParameterChannel::WriteBatch(Stream* s, Connection& conn,
     });
     if (!ok) {
       request.message.clear_more();
+      request.out = nullptr;
+      request.out_bytes = 0;
+      request.more_out.clear();
       return false;
     }
   }

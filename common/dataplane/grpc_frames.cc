@@ -137,63 +137,93 @@ std::string Prefix(uint8_t outer_tag, const std::string& inner,
   return out;
 }
 
-// A length-delimited field `field` holding `m`, appended to *out.
-void AppendMessage(int field, const google::protobuf::Message& m,
-                   std::string* out) {
-  const std::string bytes = m.SerializeAsString();
-  out->push_back(static_cast<char>(Tag(field, kLengthDelimited)));
-  PutVarint(bytes.size(), out);
-  *out += bytes;
-}
+// A message's bytes as gRPC slices: protobuf's few bytes copied, runs of
+// them in one slice; each payload a slice of its own, not copied.
+class SliceList {
+ public:
+  std::string& text() { return text_; }
+  void Payload(grpc::Slice data) {
+    if (data.size() == 0) return;
+    if (!text_.empty()) slices_.emplace_back(text_);
+    text_.clear();
+    slices_.push_back(std::move(data));
+  }
+  void Into(grpc::ByteBuffer* out) {
+    if (!text_.empty() || slices_.empty()) slices_.emplace_back(text_);
+    grpc::ByteBuffer bb(slices_.data(), slices_.size());
+    out->Swap(&bb);
+  }
 
-// The more[] messages (pushes or parameters) as field `field`, appended to
-// *out; INTERNAL if one carries data (they travel in shared memory only).
-template <typename Message>
+ private:
+  std::string text_;
+  std::vector<grpc::Slice> slices_;
+};
+
+// The more[] messages (pushes or parameters) as field `field`, each with
+// its payload `data(i)` (bytes `bytes(i)`) as its data field `data_field`;
+// INTERNAL if one carries data in the message itself, or `outs` payloads
+// are given for a different number of them.
+template <typename Message, typename Bytes, typename Data>
 grpc::Status AppendMore(
     int field, const google::protobuf::RepeatedPtrField<Message>& more,
-    std::string* out) {
-  for (const Message& m : more) {
+    int data_field, size_t outs, Bytes bytes, Data data, SliceList* out) {
+  if (outs != 0 && outs != static_cast<size_t>(more.size())) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        "more[] payloads given for some of more[] only");
+  }
+  for (int i = 0; i < more.size(); ++i) {
+    const Message& m = more[i];
     if (!m.data().empty()) {
       return grpc::Status(grpc::StatusCode::INTERNAL,
-                          "more[] payloads travel in shared memory only");
+                          "more[].data must be sent out of line (more_out)");
     }
-    AppendMessage(field, m, out);
+    const size_t n = outs == 0 ? 0 : bytes(i);
+    out->text() += Prefix(Tag(field, kLengthDelimited), m.SerializeAsString(),
+                          Tag(data_field, kLengthDelimited), n);
+    if (n > 0) out->Payload(data(i));
   }
   return grpc::Status::OK;
 }
 
-grpc::Status Serialize(const std::string& prefix, grpc::Slice data,
-                       size_t data_bytes, grpc::ByteBuffer* out) {
-  grpc::Slice slices[2] = {grpc::Slice(prefix), std::move(data)};
-  grpc::ByteBuffer bb(slices, data_bytes == 0 ? 1 : 2);
-  out->Swap(&bb);
-  return grpc::Status::OK;
+// A payload sent from the caller's memory: pinned, or referenced.
+grpc::Slice Referenced(const char* data, size_t bytes, SlicePins* pins) {
+  return pins != nullptr
+             ? pins->Pin(data, bytes)
+             : grpc::Slice(data, bytes, grpc::Slice::STATIC_SLICE);
 }
 
 }  // namespace
 
 grpc::Status SerializeFrame(const RequestFrame& frame, grpc::ByteBuffer* out) {
+  SliceList list;
   if (!frame.message.has_push()) {
-    return Serialize(frame.message.SerializeAsString(), grpc::Slice(), 0, out);
+    list.text() = frame.message.SerializeAsString();
+    list.Into(out);
+    return grpc::Status::OK;
   }
   if (!frame.message.push().data().empty()) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         "push.data must be sent out of line (frame.out)");
   }
-  std::string prefix;
-  if (grpc::Status s = AppendMore(kRequestMore, frame.message.more(), &prefix);
+  if (grpc::Status s = AppendMore(
+          kRequestMore, frame.message.more(), kPushData,
+          frame.more_out.size(),
+          [&](int i) { return frame.more_out[i].bytes; },
+          [&](int i) {
+            return Referenced(frame.more_out[i].data, frame.more_out[i].bytes,
+                              frame.pins);
+          },
+          &list);
       !s.ok()) {
     return s;
   }
-  prefix += Prefix(Tag(kRequestPush, kLengthDelimited),
-                   frame.message.push().SerializeAsString(),
-                   Tag(kPushData, kLengthDelimited), frame.out_bytes);
-  if (frame.out_bytes == 0) return Serialize(prefix, grpc::Slice(), 0, out);
-  grpc::Slice data =
-      frame.pins != nullptr
-          ? frame.pins->Pin(frame.out, frame.out_bytes)
-          : grpc::Slice(frame.out, frame.out_bytes, grpc::Slice::STATIC_SLICE);
-  return Serialize(prefix, std::move(data), frame.out_bytes, out);
+  list.text() += Prefix(Tag(kRequestPush, kLengthDelimited),
+                        frame.message.push().SerializeAsString(),
+                        Tag(kPushData, kLengthDelimited), frame.out_bytes);
+  if (frame.out_bytes != 0)
+    list.Payload(Referenced(frame.out, frame.out_bytes, frame.pins));
+  list.Into(out);
+  return grpc::Status::OK;
 }
 
 grpc::Status SerializeFrame(const ResponseFrame& frame,
@@ -202,24 +232,31 @@ grpc::Status SerializeFrame(const ResponseFrame& frame,
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         "params.data must be sent out of line (frame.out)");
   }
-  std::string prefix;
-  if (grpc::Status s =
-          AppendMore(kResponseMore, frame.message.more(), &prefix);
+  SliceList list;
+  if (grpc::Status s = AppendMore(
+          kResponseMore, frame.message.more(), kParamsData,
+          frame.more_out.size(),
+          [&](int i) { return frame.more_out[i].size(); },
+          [&](int i) { return frame.more_out[i]; }, &list);
       !s.ok()) {
     return s;
   }
   if (frame.message.rings()) {
-    prefix.push_back(static_cast<char>(Tag(kResponseRings, kVarint)));
-    prefix.push_back(1);
+    list.text().push_back(static_cast<char>(Tag(kResponseRings, kVarint)));
+    list.text().push_back(1);
   }
-  prefix += Prefix(Tag(kResponseParams, kLengthDelimited),
-                   frame.message.params().SerializeAsString(),
-                   Tag(kParamsData, kLengthDelimited), frame.out_bytes);
-  if (frame.out_bytes == 0) return Serialize(prefix, grpc::Slice(), 0, out);
-  grpc::Slice data = frame.out_data == frame.small
-                         ? grpc::Slice(frame.small, frame.out_bytes)
-                         : frame.out.sub(0, frame.out_bytes);
-  return Serialize(prefix, std::move(data), frame.out_bytes, out);
+  list.text() += Prefix(Tag(kResponseParams, kLengthDelimited),
+                        frame.message.params().SerializeAsString(),
+                        Tag(kParamsData, kLengthDelimited), frame.out_bytes);
+  if (frame.out_bytes != 0) list.Payload(frame.TakeOut());
+  list.Into(out);
+  return grpc::Status::OK;
+}
+
+grpc::Slice ResponseFrame::TakeOut() const {
+  if (out_bytes == 0) return grpc::Slice();
+  return out_data == small ? grpc::Slice(small, out_bytes)
+                           : out.sub(0, out_bytes);
 }
 
 namespace {
@@ -415,6 +452,7 @@ grpc::Status Take(grpc::ByteBuffer* in, Frame* frame) {
   frame->message.Clear();
   frame->data.Clear();
   frame->data.set_encoding(WireEncoding::kFp32);
+  frame->more_data.clear();
   frame->slices.clear();
   grpc::Status s = in->Dump(&frame->slices);
   in->Clear();
@@ -423,23 +461,31 @@ grpc::Status Take(grpc::ByteBuffer* in, Frame* frame) {
 
 // The end of a parse: the payload's encoding set, or the frame cleared and
 // why - the message did not parse, or its encoding (`field`) is unknown.
+// (more[i]'s encodings too: `more_field`.)
 template <typename Frame>
 grpc::Status Settle(Frame* frame, bool parsed, absl::string_view message,
-                    int encoding, absl::string_view field) {
-  grpc::Status s;
-  if (!parsed) {
-    s = Malformed(absl::StrCat(message, " does not parse"));
-  } else {
-    absl::StatusOr<WireEncoding> e = EncodingFromProto(encoding, field);
-    if (e.ok()) {
-      frame->data.set_encoding(*e);
-      return grpc::Status::OK;
+                    int encoding, absl::string_view field,
+                    absl::string_view more_field) {
+  absl::Status e;
+  if (parsed) {
+    absl::StatusOr<WireEncoding> first = EncodingFromProto(encoding, field);
+    if (first.ok()) frame->data.set_encoding(*first);
+    e = first.status();
+    for (size_t i = 0; e.ok() && i < frame->more_data.size(); ++i) {
+      absl::StatusOr<WireEncoding> more = EncodingFromProto(
+          frame->message.more(static_cast<int>(i)).encoding(), more_field);
+      if (more.ok()) frame->more_data[i].set_encoding(*more);
+      e = more.status();
     }
-    s = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                     std::string(e.status().message()));
+    if (e.ok()) return grpc::Status::OK;
   }
+  const grpc::Status s =
+      parsed ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            std::string(e.message()))
+             : Malformed(absl::StrCat(message, " does not parse"));
   frame->message.Clear();
   frame->data.Clear();
+  frame->more_data.clear();
   return s;
 }
 
@@ -460,13 +506,17 @@ grpc::Status ParseFrame(grpc::ByteBuffer* in, RequestFrame* frame) {
       return Length(r, r.size(), &end) &&
              ParsePush(r, end, frame->message.mutable_push(), &frame->data);
     }
-    if (field == kRequestMore && wt == kLengthDelimited)
-      return Submessage(r, r.size(), frame->message.add_more());
+    if (field == kRequestMore && wt == kLengthDelimited) {
+      return Length(r, r.size(), &end) &&
+             ParsePush(r, end, frame->message.add_more(),
+                       &frame->more_data.emplace_back());
+    }
     return r.Skip(wt);
   });
   // A hello's push().encoding() is 0: fp32.
   return Settle(frame, ok, "fulcrum.v1.StreamRequest",
-                frame->message.push().encoding(), "push.encoding");
+                frame->message.push().encoding(), "push.encoding",
+                "more[].encoding");
 }
 
 grpc::Status ParseFrame(grpc::ByteBuffer* in, ResponseFrame* frame) {
@@ -479,8 +529,11 @@ grpc::Status ParseFrame(grpc::ByteBuffer* in, ResponseFrame* frame) {
              ParseParams(r, end, frame->message.mutable_params(),
                          &frame->data);
     }
-    if (field == kResponseMore && wt == kLengthDelimited)
-      return Submessage(r, r.size(), frame->message.add_more());
+    if (field == kResponseMore && wt == kLengthDelimited) {
+      return Length(r, r.size(), &end) &&
+             ParseParams(r, end, frame->message.add_more(),
+                         &frame->more_data.emplace_back());
+    }
     if (field == kResponseRings && wt == kVarint) {
       uint64_t v;
       if (!r.Varint(&v)) return false;
@@ -490,7 +543,8 @@ grpc::Status ParseFrame(grpc::ByteBuffer* in, ResponseFrame* frame) {
     return r.Skip(wt);
   });
   return Settle(frame, ok, "fulcrum.v1.StreamResponse",
-                frame->message.params().encoding(), "params.encoding");
+                frame->message.params().encoding(), "params.encoding",
+                "more[].encoding");
 }
 
 }  // namespace fulcrum

@@ -11,8 +11,10 @@
 //     worker decodes them straight into its parameter buffer;
 //   sending parameters, the shard reads them once into a gRPC slice
 //     (the snapshot any sender must take: the next update overwrites them).
-// The rest of each message (a few dozen bytes) is parsed and serialized
-// by protobuf. Before, a megabyte was copied twice on each side by
+// A message's more[] (several chunks at once: pushes, or parameters)
+// carry their payloads the same way, one slice each (more_out /
+// more_data). The rest of each message (a few dozen bytes a chunk) is
+// parsed and serialized by protobuf. Before, a megabyte was copied twice on each side by
 // protobuf alone (into the message, then into gRPC's buffer) and once more
 // by the worker; see docs/benchmarks.md.
 //
@@ -73,9 +75,20 @@ struct RequestFrame {
   const char* out = nullptr;
   size_t out_bytes = 0;
   SlicePins* pins = nullptr;
+  // Sending: more[i].data's bytes, as `out` (pinned by `pins` too): one
+  // per message.more(i), or none at all (their payloads are in the
+  // shared-memory segment, or they have none).
+  struct Out {
+    const char* data = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Out> more_out;
   // Received: push.data in its wire encoding (push.encoding), pointing
   // into `slices`.
   Payload data;
+  // Received: more[i].data, one per message.more(i) (empty where it has
+  // none), in its encoding (more[i].encoding), pointing into `slices`.
+  std::vector<Payload> more_data;
   std::vector<grpc::Slice> slices;
   // Received: why the bytes did not parse (the reader reports it; gRPC
   // would only end the stream).
@@ -95,8 +108,16 @@ struct ResponseFrame {
   size_t out_bytes = 0;
   grpc::Slice out;            // holds out_data, unless it is `small`
   alignas(8) char small[32];  // gRPC inlines slices this small
+  // The payload written so far (through Reserve) as a slice of its own,
+  // to be held for a later message (more_out); out_bytes of it.
+  grpc::Slice TakeOut() const;
+  // Sending: more[i].data, one slice per message.more(i), or none at all
+  // (their payloads are in the shared-memory segment).
+  std::vector<grpc::Slice> more_out;
   // Received: params.data in its wire encoding (params.encoding).
   Payload data;
+  // Received: more[i].data as RequestFrame's.
+  std::vector<Payload> more_data;
   std::vector<grpc::Slice> slices;
   grpc::Status parse_error;  // as RequestFrame's
 };

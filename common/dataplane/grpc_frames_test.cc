@@ -1,5 +1,6 @@
 #include "common/dataplane/grpc_frames.h"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -237,6 +238,90 @@ TEST(GrpcFramesTest, BatchedPushesAndParamsRoundTrip) {
             grpc::StatusCode::INTERNAL);
   out.message.add_more()->set_data("abcd");
   EXPECT_EQ(SerializeFrame(out, &bb).error_code(), grpc::StatusCode::INTERNAL);
+}
+
+// Over TCP a batch's chunks travel in one message too: each more[] with
+// its payload out of line, the protobuf message on the wire, read back
+// without copies, each in its own encoding.
+TEST(GrpcFramesTest, BatchedPayloadsTravelOutOfLine) {
+  const std::string first(40, 'a'), second(12, 'b'), third(1000, 'c');
+  RequestFrame out;
+  out.message = APush();  // bf16
+  out.out = first.data();
+  out.out_bytes = first.size();
+  SlicePins pins;
+  out.pins = &pins;
+  for (int i = 0; i < 2; ++i) {
+    v1::Push* more = out.message.add_more();
+    more->set_partition(5 + i);
+    more->set_encoding(i == 0 ? v1::ENCODING_FP32 : v1::ENCODING_FP16);
+  }
+  out.more_out = {{second.data(), second.size()}, {third.data(), third.size()}};
+  grpc::ByteBuffer bb;
+  ASSERT_TRUE(SerializeFrame(out, &bb).ok());
+  EXPECT_EQ(pins.outstanding(), 3) << "each payload referenced, not copied";
+  v1::StreamRequest as_proto;
+  ASSERT_TRUE(as_proto.ParseFromString(Bytes(bb)));
+  EXPECT_EQ(as_proto.push().data(), first);
+  ASSERT_EQ(as_proto.more_size(), 2);
+  EXPECT_EQ(as_proto.more(0).data(), second);
+  EXPECT_EQ(as_proto.more(1).data(), third);
+  EXPECT_EQ(as_proto.more(1).partition(), 6);
+
+  // And a protobuf peer's message reads the same (the data in more[]).
+  grpc::ByteBuffer from_peer =
+      Cut(as_proto.SerializeAsString(), {3, 30, 100, 500});
+  RequestFrame in;
+  ASSERT_TRUE(ParseFrame(&from_peer, &in).ok());
+  EXPECT_EQ(Collect(in.data), first);
+  EXPECT_EQ(in.data.encoding(), WireEncoding::kBf16);
+  ASSERT_EQ(in.more_data.size(), 2u);
+  EXPECT_EQ(Collect(in.more_data[0]), second);
+  EXPECT_EQ(in.more_data[0].encoding(), WireEncoding::kFp32);
+  EXPECT_EQ(Collect(in.more_data[1]), third);
+  EXPECT_EQ(in.more_data[1].encoding(), WireEncoding::kFp16);
+  EXPECT_TRUE(in.message.more(1).data().empty()) << "left in the slices";
+  EXPECT_EQ(in.message.more(1).partition(), 6);
+
+  // Payloads for some of more[] only: refused.
+  out.more_out.pop_back();
+  EXPECT_EQ(SerializeFrame(out, &bb).error_code(), grpc::StatusCode::INTERNAL);
+
+  // An unknown encoding in more[]: named, and nothing kept.
+  as_proto.mutable_more(1)->set_encoding(static_cast<v1::Encoding>(9));
+  grpc::ByteBuffer bad = Cut(as_proto.SerializeAsString(), {});
+  const grpc::Status s = ParseFrame(&bad, &in);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("more[].encoding"), std::string::npos)
+      << s.error_message();
+  EXPECT_FALSE(in.message.has_push());
+  EXPECT_TRUE(in.more_data.empty());
+
+  // Parameters: the first's payload and two held ones.
+  ResponseFrame params;
+  params.message.mutable_params()->set_partition(1);
+  std::memcpy(params.Reserve(8), "12345678", 8);
+  const grpc::Slice held_small = params.TakeOut();
+  std::memcpy(params.Reserve(100), third.data(), 100);
+  const grpc::Slice held_big = params.TakeOut();
+  std::memcpy(params.Reserve(4), "wxyz", 4);
+  params.message.add_more()->set_partition(2);
+  params.message.add_more()->set_partition(3);
+  params.more_out = {held_small, held_big};
+  ASSERT_TRUE(SerializeFrame(params, &bb).ok());
+  v1::StreamResponse response_proto;
+  ASSERT_TRUE(response_proto.ParseFromString(Bytes(bb)));
+  EXPECT_EQ(response_proto.params().data(), "wxyz");
+  EXPECT_EQ(response_proto.more(0).data(), "12345678");
+  EXPECT_EQ(response_proto.more(1).data(), third.substr(0, 100));
+  ASSERT_TRUE(SerializeFrame(params, &bb).ok());
+  ResponseFrame got;
+  ASSERT_TRUE(ParseFrame(&bb, &got).ok());
+  EXPECT_EQ(Collect(got.data), "wxyz");
+  ASSERT_EQ(got.more_data.size(), 2u);
+  EXPECT_EQ(Collect(got.more_data[0]), "12345678");
+  EXPECT_EQ(got.message.more(1).partition(), 3);
+  EXPECT_EQ(Collect(got.more_data[1]), third.substr(0, 100));
 }
 
 TEST(GrpcFramesTest, MalformedBytesAreAClearErrorAndLeaveNothing) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -50,8 +51,10 @@ class BadInputTest : public ::testing::TestWithParam<bool> {
     InitJob("job-1", Spec());
   }
 
-  // The job on this one shard, members w-1 and w-2, generation 1.
-  void InitJob(const std::string& job_id, const v1::JobSpec& spec) {
+  // The job on this one shard, members w-1 and w-2, generation 1; one
+  // partition unless `partitions` says how many it got.
+  void InitJob(const std::string& job_id, const v1::JobSpec& spec,
+               int* partitions = nullptr) {
     v1::InitJobRequest init;
     init.set_job_id(job_id);
     *init.mutable_spec() = spec;
@@ -64,6 +67,10 @@ class BadInputTest : public ::testing::TestWithParam<bool> {
       context.AddMetadata(kCoordinatorMetadataKey, coordinator_key_);
     v1::InitJobResponse response;
     ASSERT_TRUE(stub_->InitJob(&context, init, &response).ok());
+    if (partitions != nullptr) {
+      *partitions = response.partitions_size();
+      return;
+    }
     ASSERT_EQ(response.partitions_size(), 1);
   }
   void TearDown() override {
@@ -376,27 +383,23 @@ TEST_P(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
     EXPECT_EQ(Pull(), before) << "a rejected push changed the parameters";
   }
 
-  // more[] pushes without a mapped segment, or with data: refused before
-  // any push of the message is applied.
+  // more[].shm without a mapped segment: refused before any push of the
+  // message is applied. (more[] with data is a batch: applied, see
+  // BatchedMessagesOverTcpAreAppliedChunkByChunk.)
   {
-    v1::Push good = GoodPush();
     v1::StreamRequest r;
     const std::vector<float> before = Pull();
-    for (bool with_segment : {false, true}) {
-      auto seg = ShmSegment::Create(144, 144);
-      ASSERT_TRUE(seg.ok());
-      r.Clear();
-      *r.mutable_push() = good;  // valid on its own, inline
-      v1::Push* more = r.add_more();
-      *more = good;
-      if (!with_segment) more->clear_data();  // else: data in more[]
-      const grpc::Status status =
-          SendOffering(with_segment ? seg->get() : nullptr, r);
-      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
-          << status.error_message();
-      EXPECT_NE(status.error_message().find("more[]"), std::string::npos)
-          << status.error_message();
-    }
+    *r.mutable_push() = GoodPush();  // valid on its own, inline
+    v1::Push* more = r.add_more();
+    *more = GoodPush();
+    more->clear_data();
+    more->mutable_shm()->set_offset(0);
+    more->mutable_shm()->set_bytes(144);
+    const grpc::Status status = SendOffering(nullptr, r);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << status.error_message();
+    EXPECT_NE(status.error_message().find("more[].shm"), std::string::npos)
+        << status.error_message();
     EXPECT_EQ(Pull(), before) << "a rejected message changed the parameters";
   }
 
@@ -680,6 +683,109 @@ TEST_P(BadInputTest, Bf16GradientsAndParametersOnTheWire) {
     EXPECT_EQ(first1[i], Bf16ToFloat(FloatToBf16(before[i])));
     EXPECT_EQ(next1[i], Bf16ToFloat(FloatToBf16(after[i])));
     EXPECT_EQ(next2[i], next1[i]);
+  }
+}
+
+// Over TCP a message carries several chunks: a worker's pushes (more[],
+// each with its data) and the shard's answers (several partitions a
+// message). Applied as if each had come alone: the same parameters as a
+// job whose pushes came one a message.
+TEST_P(BadInputTest, BatchedMessagesOverTcpAreAppliedChunkByChunk) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_model()->clear_layers();
+  spec.mutable_model()->add_layers(64);
+  spec.mutable_model()->add_layers(8);
+  spec.set_partition_bytes(1024);
+  int partitions = 0;
+  InitJob("batched", spec, &partitions);
+  ASSERT_GE(partitions, 3);
+  int again = 0;
+  InitJob("single", spec, &again);
+  ASSERT_EQ(again, partitions);
+  ASSERT_EQ(Pull("batched"), Pull("single"));
+  const std::vector<float> before = Pull("batched");
+
+  // Every partition's values a member received at `version`, and how many
+  // of its messages carried more than one partition.
+  struct Received {
+    std::map<int32_t, std::vector<float>> at[2];
+    int batched_messages = 0;
+  };
+  auto run = [&](const std::string& job, bool batch, Received got[2]) {
+    grpc::ClientContext contexts[2];
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StreamRequest,
+                                             v1::StreamResponse>>
+        rws[2];
+    // Reads until every partition arrived at `version`.
+    auto read = [&](int m, int version) {
+      v1::StreamResponse r;
+      while (static_cast<int>(got[m].at[version].size()) < partitions &&
+             rws[m]->Read(&r)) {
+        if (r.more_size() > 0) ++got[m].batched_messages;
+        std::vector<v1::Params> all = {r.params()};
+        all.insert(all.end(), r.more().begin(), r.more().end());
+        for (const v1::Params& p : all) {
+          EXPECT_EQ(p.version(), version);
+          std::vector<float>& v = got[m].at[version][p.partition()];
+          v.resize(p.offset() + p.data().size() / 4);
+          std::memcpy(v.data() + p.offset(), p.data().data(),
+                      p.data().size());
+        }
+      }
+      ASSERT_EQ(static_cast<int>(got[m].at[version].size()), partitions);
+    };
+    for (int m = 0; m < 2; ++m) {
+      SetTimeout(&contexts[m], std::chrono::seconds(20));
+      rws[m] = stub_->Stream(&contexts[m]);
+      v1::StreamRequest hello;
+      hello.mutable_hello()->set_job_id(job);
+      hello.mutable_hello()->set_worker_id(m == 0 ? "w-1" : "w-2");
+      hello.mutable_hello()->set_generation(1);
+      ASSERT_TRUE(rws[m]->Write(hello));
+      read(m, 0);
+    }
+    for (int m = 0; m < 2; ++m) {
+      v1::StreamRequest r;
+      for (const auto& [id, values] : got[m].at[0]) {
+        std::vector<float> g(values.size());
+        for (size_t i = 0; i < g.size(); ++i)
+          g[i] = 0.01f * static_cast<float>((m + 1) * (id + 1)) -
+                 0.001f * static_cast<float>(i % 7);
+        v1::Push* push = r.has_push() ? r.add_more() : r.mutable_push();
+        push->set_partition(id);
+        push->set_samples(4 + m);
+        push->set_data(std::string(reinterpret_cast<const char*>(g.data()),
+                                   g.size() * 4));
+        if (!batch) {
+          ASSERT_TRUE(rws[m]->Write(r));
+          r.Clear();
+        }
+      }
+      if (batch) {
+        ASSERT_EQ(r.more_size(), partitions - 1);
+        ASSERT_TRUE(rws[m]->Write(r));
+      }
+    }
+    for (int m = 0; m < 2; ++m) {
+      read(m, 1);
+      rws[m]->WritesDone();
+      v1::StreamResponse ignored;
+      while (rws[m]->Read(&ignored)) {
+      }
+      const grpc::Status s = rws[m]->Finish();
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+  };
+  Received batched[2], single[2];
+  run("batched", true, batched);
+  run("single", false, single);
+  const std::vector<float> after = Pull("batched");
+  EXPECT_NE(after, before);
+  EXPECT_EQ(after, Pull("single"));
+  for (int m = 0; m < 2; ++m) {
+    EXPECT_EQ(batched[m].at[1], single[m].at[1]);
+    // The answers to one read: the shard batched them.
+    EXPECT_GT(batched[m].batched_messages, 0) << m;
   }
 }
 

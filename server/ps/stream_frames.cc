@@ -1,5 +1,6 @@
 #include "server/ps/stream_frames.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status/payloads.h"
 #include "common/status/status_macros.h"
 
@@ -37,48 +38,57 @@ bool FrameParamsWriter::Deliver() {
     return sent;
   }
   // Every partition has a slot in the segment: nothing goes out of line.
-  if (frame_.out_bytes != 0) return false;
+  if (frame_.out_bytes != 0 || !frame_.more_out.empty()) return false;
   return ring_->Write(frame_.message, absl::Now() + ring_wait_, cancelled_)
       .ok();
 }
 
 bool FrameParamsWriter::Send(const ParamsHeader& h) {
-  v1::Params* p = frame_.message.mutable_params();
-  p->set_partition(h.partition);
-  p->set_offset(h.offset);
-  p->set_version(h.version);
-  p->set_clock(h.clock);
-  p->set_stop(h.stop);
-  p->set_encoding(static_cast<v1::Encoding>(h.encoding));
+  v1::Params& p = held_.emplace_back();
+  p.set_partition(h.partition);
+  p.set_offset(h.offset);
+  p.set_version(h.version);
+  p.set_clock(h.clock);
+  p.set_stop(h.stop);
+  p.set_encoding(static_cast<v1::Encoding>(h.encoding));
   const int64_t bytes = h.count * ElementBytes(h.encoding);
-  if (!in_segment_) {
-    if (held_ > 0) {  // (not expected: every partition has a slot)
-      const v1::Params current = *p;
-      *p = first_;
-      held_ = 0;
-      const bool sent = Deliver();
-      frame_.message.clear_more();
-      *p = current;
-      if (!sent) return false;
-    }
-    p->clear_shm();
-    frame_.out_bytes = bytes;
-    return Deliver();
+  if (in_segment_) {
+    p.mutable_shm()->set_offset(shm_at_);
+    p.mutable_shm()->set_bytes(bytes);
+    held_out_.emplace_back();
+  } else {
+    // The payload Reserve gave room for, kept: the next Reserve makes a
+    // fresh one.
+    frame_.out_bytes = static_cast<size_t>(bytes);
+    held_out_.push_back(frame_.TakeOut());
+    held_bytes_ += bytes;
   }
-  p->mutable_shm()->set_offset(shm_at_);
-  p->mutable_shm()->set_bytes(bytes);
-  frame_.out_bytes = 0;
-  // Values in the segment: what follows at once goes in the same message
-  // (StreamResponse.more), one wake-up of the worker's receiver.
-  if (held_ > 0) *frame_.message.add_more() = *p;
-  if (h.more && ++held_ < kMaxHeld) {
-    if (held_ == 1) first_ = *p;
+  // What follows at once goes in the same message (StreamResponse.more).
+  if (h.more && static_cast<int>(held_.size()) < kMaxHeld &&
+      held_bytes_ < kMaxHeldBytes) {
     return true;
   }
-  if (held_ > 0) *p = first_;  // the first held leads, the rest follow
-  held_ = 0;
+  // The first held leads, the rest follow.
+  *frame_.message.mutable_params() = std::move(held_[0]);
+  frame_.out = std::move(held_out_[0]);
+  frame_.out_data = nullptr;
+  frame_.out_bytes = frame_.out.size();
+  frame_.message.clear_more();
+  frame_.more_out.clear();
+  for (size_t i = 1; i < held_.size(); ++i)
+    *frame_.message.add_more() = std::move(held_[i]);
+  if (held_bytes_ > 0) {  // else every payload is in the segment
+    frame_.more_out.assign(std::make_move_iterator(held_out_.begin() + 1),
+                           std::make_move_iterator(held_out_.end()));
+  }
+  held_.clear();
+  held_out_.clear();
+  held_bytes_ = 0;
   const bool sent = Deliver();
   frame_.message.clear_more();
+  frame_.more_out.clear();
+  frame_.out = grpc::Slice();
+  frame_.out_bytes = 0;
   return sent;
 }
 
@@ -91,7 +101,8 @@ DataRange FromRange(const v1::DataRange& r) {
 }  // namespace
 
 absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
-                      const ShmSegment* segment, PushChunk* out) {
+                      const ShmSegment* segment, PushChunk* out,
+                      absl::string_view name) {
   out->step = push.step();
   out->partition = push.partition();
   out->offset = push.offset();
@@ -99,18 +110,21 @@ absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
   out->data = inline_data;  // push.encoding's, checked by the parse
   if (push.has_shm()) {
     if (segment == nullptr) {
-      return absl::InvalidArgumentError(
-          "push.shm on a stream without a mapped shared-memory segment");
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ".shm on a stream without a mapped shared-memory segment"));
     }
     if (inline_data.bytes() != 0) {
       return absl::InvalidArgumentError(
-          "push.shm and push.data both set: the payload is one or the other");
+          absl::StrCat(name, ".shm and ", name,
+                       ".data both set: the payload is one or the other"));
     }
-    ASSIGN_OR_RETURN(WireEncoding encoding,
-                     EncodingFromProto(push.encoding(), "push.encoding"));
+    ASSIGN_OR_RETURN(
+        WireEncoding encoding,
+        EncodingFromProto(push.encoding(), absl::StrCat(name, ".encoding")));
+    const std::string field = absl::StrCat(name, ".shm");
     ASSIGN_OR_RETURN(const char* bytes,
                      segment->Grad(push.shm().offset(), push.shm().bytes(),
-                                   "push.shm"));
+                                   field.c_str()));
     out->data = Payload(bytes, static_cast<size_t>(push.shm().bytes()),
                         encoding);
   }
@@ -129,15 +143,17 @@ absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
 
 absl::Status CheckMore(const v1::StreamRequest& message,
                        const ShmSegment* segment) {
-  if (message.more_size() == 0) return absl::OkStatus();
-  if (segment == nullptr) {
-    return absl::InvalidArgumentError(
-        "more[] pushes on a stream without a mapped shared-memory segment");
-  }
   for (const v1::Push& more : message.more()) {
+    if (more.has_shm() && segment == nullptr) {
+      return absl::InvalidArgumentError(
+          "more[].shm on a stream without a mapped shared-memory segment");
+    }
+    // (A frame read from gRPC holds its payloads out of line: only a ring's
+    // message can carry them here.)
     if (!more.data().empty()) {
       return absl::InvalidArgumentError(
-          "more[].data is set: more[] pushes travel in the segment");
+          "more[].data in a ring message: payloads there travel in the "
+          "segment");
     }
   }
   return absl::OkStatus();
@@ -156,13 +172,18 @@ absl::Status PushAt(const RequestFrame& request, int i,
                     const ShmSegment* segment, PushChunk* out) {
   if (i == 0)
     return FromPush(request.message.push(), request.data, segment, out);
-  return FromPush(request.message.more(i - 1), Payload(), segment, out);
+  const size_t m = static_cast<size_t>(i - 1);
+  return FromPush(request.message.more(i - 1),
+                  m < request.more_data.size() ? request.more_data[m]
+                                               : Payload(),
+                  segment, out, "more[]");
 }
 
 absl::StatusOr<bool> ReadRingRequest(ShmRing& ring,
                                      absl::FunctionRef<bool()> cancelled,
                                      RequestFrame* r) {
   r->data = Payload();  // payloads are in the segment (push.shm)
+  r->more_data.clear();
   absl::StatusOr<bool> read =
       ring.Read(&r->message, absl::InfiniteFuture(), cancelled);
   if (read.ok() || read.status().code() == absl::StatusCode::kCancelled)

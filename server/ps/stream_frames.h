@@ -18,6 +18,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/dataplane/grpc_frames.h"
 #include "common/dataplane/shm_ring.h"
 #include "common/dataplane/shm_segment.h"
@@ -54,10 +55,11 @@ class StreamWriterSink : public FrameSink {
 // Params frames written to the data-plane stream: the values are read once,
 // into a fresh slice (narrowed in that copy when the job sends bf16), and
 // leave from it - or, on a stream with a mapped segment, into the partition's
-// slot of its parameter region, and the frame says where (params.shm);
-// there Sends marked `more` are held and go out in one message with the
-// next (StreamResponse.more) - through the stream's response ring once the
-// worker's rings are in use (UseRing).
+// slot of its parameter region, and the frame says where (params.shm).
+// Sends marked `more` are held and go out in one message with the next
+// (StreamResponse.more: one wake-up of the worker's reader), up to
+// kMaxHeld of them and, over TCP, kMaxHeldBytes of payload - through the
+// stream's response ring once the worker's rings are in use (UseRing).
 class FrameParamsWriter : public ParamsWriter {
  public:
   // `sink`, `segment` (may be null: TCP) and `slots` (bytes from the
@@ -85,11 +87,14 @@ class FrameParamsWriter : public ParamsWriter {
   const std::vector<int64_t>* const slots_;
   bool in_segment_ = false;  // Reserve's room is in the segment
   int64_t shm_at_ = 0;       // and at this offset, for Send
-  // Params held for one message (ParamsHeader::more): the first, and the
-  // others in frame_.message.more.
+  // Params held for one message (ParamsHeader::more), with their payloads
+  // (TCP; empty slices for the segment's).
   static constexpr int kMaxHeld = 64;
-  int held_ = 0;
-  v1::Params first_;
+  // (A larger one gains nothing per message and delays the first values.)
+  static constexpr int64_t kMaxHeldBytes = 1 << 20;
+  std::vector<v1::Params> held_;
+  std::vector<grpc::Slice> held_out_;
+  int64_t held_bytes_ = 0;
   ResponseFrame frame_;
   ShmRing* ring_ = nullptr;
   bool on_ring_ = false;  // the message that says so went out
@@ -100,10 +105,12 @@ class FrameParamsWriter : public ParamsWriter {
 // The wire's push (its data, if any, in `inline_data`) as the core's chunk;
 // `push`, `inline_data` (and `segment`, when it carries push.shm) must
 // outlive `out`. A push.shm outside the gradient region, on a stream
-// without a mapped segment, or beside push.data is INVALID_ARGUMENT (the
-// core checks the rest, as for push.data).
+// without a mapped segment, or beside push.data is INVALID_ARGUMENT naming
+// the field (`name`: "push", or "more[]") (the core checks the rest, as
+// for push.data).
 absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
-                      const ShmSegment* segment, PushChunk* out);
+                      const ShmSegment* segment, PushChunk* out,
+                      absl::string_view name = "push");
 
 // The next request of a stream on rings, from its request ring, into *r:
 // true; false at the worker's close of the ring, or once cancelled() (the
@@ -114,9 +121,11 @@ absl::StatusOr<bool> ReadRingRequest(ShmRing& ring,
                                      absl::FunctionRef<bool()> cancelled,
                                      RequestFrame* r);
 
-// A message's more[] pushes may be applied: a mapped segment, no data in
-// any (INVALID_ARGUMENT naming more[] otherwise). Checked before any push
-// of the message is applied.
+// A message's more[] pushes may be applied: each has its payload out of
+// line (a gRPC frame's more_data) or in a mapped segment (more[].shm);
+// INVALID_ARGUMENT naming more[] otherwise (a more[].shm without a
+// segment, a ring message's more[].data). Checked before any push of the
+// message is applied.
 absl::Status CheckMore(const v1::StreamRequest& message,
                        const ShmSegment* segment);
 
@@ -125,7 +134,8 @@ absl::Status CheckMore(const v1::StreamRequest& message,
 absl::Status CheckPushes(const v1::StreamRequest& message,
                          const ShmSegment* segment);
 // The pushes a checked request carries: 1 + more_size(); push i as a
-// chunk (0: push, its data the frame's; i > 0: more[i - 1]), by FromPush.
+// chunk (0: push, its data the frame's; i > 0: more[i - 1], its data
+// more_data[i - 1]), by FromPush.
 inline int PushCount(const v1::StreamRequest& message) {
   return 1 + message.more_size();
 }

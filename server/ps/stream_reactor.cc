@@ -264,6 +264,7 @@ bool StreamReactor::Write(const ResponseFrame& frame) {
       copy->out_bytes = frame.out_bytes;
     }
   }
+  copy->more_out = frame.more_out;  // references, as `out`
   absl::MutexLock lock(&mu_);
   if (write_failed_ || (end_ && !end_->ok())) return false;
   queue_.push_back(std::move(copy));
