@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/concurrency/deferred_calls.h"
 #include "common/config/job_spec.h"
 #include "common/dataplane/payload.h"
 #include "common/dataplane/shm_ring.h"
@@ -75,6 +76,9 @@ class BadInputTest : public ::testing::TestWithParam<bool> {
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+    // Every wait's continuation ran in a scope of the call that decided it
+    // (deferred_calls.h): none fell back to the background thread.
+    EXPECT_EQ(DeferredCalls::unscoped(), 0);
   }
 
  public:
