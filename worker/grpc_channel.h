@@ -65,6 +65,9 @@
 
 namespace fulcrum {
 
+class ShmRing;
+class ShmSegment;
+
 class GrpcParameterChannel : public ParameterChannel {
  public:
   // Test hook: called with each stream's context before each (re)connect.
@@ -94,10 +97,19 @@ class GrpcParameterChannel : public ParameterChannel {
   struct Stream;
   struct Connection;
   void SendLoop(Stream* s);
-  // Writes `batch` to `conn` through the stream's frame (the caller holds
-  // Stream::writing). false: a write failed (the receiver re-opens the
-  // stream and re-queues `sent`).
-  bool WriteBatch(Stream* s, Connection& conn,
+  // Where a connection's pushes go, read under the stream's lock once the
+  // segment's fate is known (final from then on): its mapped segment (null:
+  // payloads in the messages) and, on rings, its request ring (null: the
+  // gRPC stream).
+  struct Route {
+    const ShmSegment* shm = nullptr;
+    ShmRing* ring = nullptr;
+  };
+  static Route RouteOf(Connection& conn);
+  // Writes `batch` to `conn` along `route` through the stream's frame (the
+  // caller holds Stream::writing). false: a write failed (the receiver
+  // re-opens the stream and re-queues `sent`).
+  bool WriteBatch(Stream* s, Connection& conn, Route route,
                   absl::Span<const QueuedPush> batch);
   void ReceiveLoop(Stream* s);  // ReceiveConnections, then receiver_done
   void ReceiveConnections(Stream* s);

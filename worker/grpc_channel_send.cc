@@ -28,6 +28,7 @@ void GrpcParameterChannel::PushShares(int32_t id, int64_t step,
 void GrpcParameterChannel::Enqueue(const QueuedPush& push) {
   Stream* s = streams_[stream_of_partition_[push.id]].get();
   std::shared_ptr<Connection> conn;
+  Route route;
   {
     absl::MutexLock lock(&s->mu);
     // On rings, with nothing queued before it and nobody writing, the
@@ -41,10 +42,11 @@ void GrpcParameterChannel::Enqueue(const QueuedPush& push) {
       return;
     }
     conn = s->conn;
+    route = RouteOf(*conn);
     s->sent.push_back(push);  // re-sent from the queue if conn breaks
     s->writing = true;
   }
-  WriteBatch(s, *conn, absl::MakeConstSpan(&push, 1));
+  WriteBatch(s, *conn, route, absl::MakeConstSpan(&push, 1));
   absl::MutexLock lock(&s->mu);
   s->writing = false;
 }
@@ -91,16 +93,21 @@ void FillPush(const QueuedPush& item, int64_t offset, WireEncoding encoding,
 
 }  // namespace
 
+GrpcParameterChannel::Route GrpcParameterChannel::RouteOf(Connection& conn) {
+  Route route;
+  if (conn.shm_state != ShmState::kMapped) return route;
+  route.shm = conn.shm.get();
+  if (conn.on_rings) route.ring = &conn.rings->requests;
+  return route;
+}
+
 bool GrpcParameterChannel::WriteBatch(Stream* s, Connection& conn,
+                                      Route route,
                                       absl::Span<const QueuedPush> batch) {
   RequestFrame& request = s->frame;
   const WireEncoding encoding = encoder_->encoding();
-  // A segment's state is final once a push may use it (the sender waits
-  // for it; a direct write happens only on rings): read without the lock.
-  const ShmSegment* shm =
-      conn.shm_state == ShmState::kMapped ? conn.shm.get() : nullptr;
-  ShmRing* ring = shm != nullptr && conn.on_rings ? &conn.rings->requests
-                                                  : nullptr;
+  const ShmSegment* shm = route.shm;
+  ShmRing* ring = route.ring;
   // A batch's pushes go in one message (push, then more[]): one wake-up of
   // the shard. Their payloads are out of line (TCP: the frame's out and
   // more_out) or in the segment.
@@ -193,6 +200,7 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
   std::vector<QueuedPush> batch;
   batch.reserve(layout_->partitions().size() * 4);
   std::shared_ptr<Connection> conn;
+  Route route;
   for (;;) {
     {
       absl::MutexLock lock(&s->mu);
@@ -212,11 +220,12 @@ void GrpcParameterChannel::SendLoop(Stream* s) {
       }
       batch.swap(s->queue);
       conn = s->conn;
+      route = RouteOf(*conn);
       s->sent.insert(s->sent.end(), batch.begin(), batch.end());
       s->writing = true;
     }
     // A failed write: the receiver reconnects and re-queues `sent`.
-    WriteBatch(s, *conn, batch);
+    WriteBatch(s, *conn, route, batch);
     batch.clear();
     absl::MutexLock lock(&s->mu);
     s->writing = false;
