@@ -132,6 +132,15 @@ class GrpcParameterChannel : public ParameterChannel {
   // for it until `deadline`), or returns false when no such stream is on
   // rings.
   bool ReadRings(int64_t clock, absl::Time deadline);
+  // The response rings ReadRings may read for `clock`, each marked
+  // ring_busy (one with a message waiting alone, if any); ReleaseRings
+  // unmarks them.
+  struct OwnedRing {
+    Stream* stream;
+    std::shared_ptr<Connection> conn;
+  };
+  std::vector<OwnedRing> TakeRings(int64_t clock);
+  static void ReleaseRings(const std::vector<OwnedRing>& owned);
   // One StreamResponse's params and more[] into the parameter buffer.
   bool ApplyMessage(Stream* s, Connection& conn,
                     const v1::StreamResponse& message,

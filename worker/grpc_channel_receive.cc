@@ -1,6 +1,7 @@
 // GrpcParameterChannel's receiving side: every Params checked (partition,
 // range, the shared-memory reference) and decoded into the parameter
 // buffer.
+#include <algorithm>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -139,36 +140,71 @@ bool GrpcParameterChannel::ApplyRingMessage(
   return ApplyMessage(s, conn, message, Payload(), {});
 }
 
-bool GrpcParameterChannel::ReadRings(int64_t clock, absl::Time deadline) {
-  // A stream on rings that still owes a partition of `clock`; one with a
-  // message waiting first (a stream that is still on TCP, or whose
-  // connection is being replaced, is its receiver's).
-  Stream* pick = nullptr;
-  std::shared_ptr<Connection> conn;
+std::vector<GrpcParameterChannel::OwnedRing> GrpcParameterChannel::TakeRings(
+    int64_t clock) {
+  // Streams on rings that still owe a partition of `clock` (one that is
+  // still on TCP, or whose connection is being replaced, is its
+  // receiver's); a ring with a message waiting alone.
+  std::vector<OwnedRing> owned;
   for (auto& st : streams_) {
     if (!arrivals_.Outstanding(st->partitions, clock)) continue;
-    absl::MutexLock lock(&st->mu);
-    const std::shared_ptr<Connection>& c = st->conn;
-    if (c == nullptr || !c->waiter_reads.load() || c->ring_busy) continue;
-    const bool waiting = c->rings->responses.HasMessage();
-    if (pick == nullptr || waiting) {
-      pick = st.get();
-      conn = c;
+    OwnedRing mine{st.get(), nullptr};
+    bool waiting;
+    {
+      absl::MutexLock lock(&st->mu);
+      const std::shared_ptr<Connection>& c = st->conn;
+      if (c == nullptr || !c->waiter_reads.load() || c->ring_busy) continue;
+      c->ring_busy = true;
+      mine.conn = c;
+      waiting = c->rings->responses.HasMessage();
     }
-    if (waiting) break;
+    if (waiting) {
+      ReleaseRings(owned);  // (no stream's lock held)
+      return {mine};
+    }
+    owned.push_back(std::move(mine));
   }
-  if (pick == nullptr) return false;
-  {
-    absl::MutexLock lock(&pick->mu);
-    if (!conn->waiter_reads.load() || conn->ring_busy) return true;  // again
-    conn->ring_busy = true;
+  return owned;
+}
+
+void GrpcParameterChannel::ReleaseRings(const std::vector<OwnedRing>& owned) {
+  for (const OwnedRing& o : owned) {
+    absl::MutexLock lock(&o.stream->mu);
+    o.conn->ring_busy = false;
   }
+}
+
+bool GrpcParameterChannel::ReadRings(int64_t clock, absl::Time deadline) {
+  const std::vector<OwnedRing> owned = TakeRings(clock);
+  if (owned.empty()) return false;
+  // A stream ended or the channel stopped: the wait looks again.
+  auto stopped = [this](const Connection& c) {
+    return c.grpc_ended.load() || !c.waiter_reads.load() ||
+           arrivals_.stopped();
+  };
+  // Several shards owe partitions: sleep on all their rings at once and
+  // read the first that has something (without futex_waitv: the first).
+  size_t chosen = 0;
+  if (owned.size() > 1) {
+    std::vector<ShmRing*> rings;
+    for (const OwnedRing& o : owned) rings.push_back(&o.conn->rings->responses);
+    absl::StatusOr<int> any = ShmRing::AwaitAny(rings, deadline, [&] {
+      return std::any_of(owned.begin(), owned.end(), [&](const OwnedRing& o) {
+        return stopped(*o.conn);
+      });
+    });
+    if (any.ok()) {
+      chosen = static_cast<size_t>(*any);
+    } else if (any.status().code() != absl::StatusCode::kUnimplemented) {
+      ReleaseRings(owned);  // CANCELLED or the wait's own deadline
+      return true;
+    }
+  }
+  Stream* pick = owned[chosen].stream;
+  const std::shared_ptr<Connection>& conn = owned[chosen].conn;
   v1::StreamResponse& message = pick->waiter_message;
   absl::StatusOr<bool> read = conn->rings->responses.Read(
-      &message, deadline, [this, &conn] {
-        return conn->grpc_ended.load() || !conn->waiter_reads.load() ||
-               arrivals_.stopped();
-      });
+      &message, deadline, [&] { return stopped(*conn); });
   bool sane = true;
   if (!read.ok()) {
     // CANCELLED: the stream ended or the channel stopped; DEADLINE_EXCEEDED:
@@ -188,8 +224,7 @@ bool GrpcParameterChannel::ReadRings(int64_t clock, absl::Time deadline) {
   }
   // The shard sent nonsense: end the stream (its receiver hears it).
   if (!sane) conn->context.TryCancel();
-  absl::MutexLock lock(&pick->mu);
-  conn->ring_busy = false;
+  ReleaseRings(owned);
   return true;
 }
 

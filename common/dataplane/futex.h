@@ -15,11 +15,18 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace fulcrum {
 
 void FutexWait(const std::atomic<uint32_t>* word, uint32_t seen,
                absl::Duration max);
+// FutexWait on several words at once (at most kMaxWaitAny): returns when
+// any of them moved from its `seen` value, or after `max`. false: this
+// kernel has no futex_waitv (before Linux 5.16) - nothing was waited for.
+inline constexpr int kMaxWaitAny = 16;
+bool FutexWaitAny(absl::Span<const std::atomic<uint32_t>* const> words,
+                  absl::Span<const uint32_t> seen, absl::Duration max);
 // Moves the word (sequentially consistent) and wakes every waiter.
 void FutexWake(std::atomic<uint32_t>* word);
 

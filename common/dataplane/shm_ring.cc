@@ -139,6 +139,53 @@ bool ShmRing::HasMessage() const {
          h->tail.load(std::memory_order_relaxed);
 }
 
+absl::StatusOr<int> ShmRing::AwaitAny(absl::Span<ShmRing* const> rings,
+                                      absl::Time deadline,
+                                      absl::FunctionRef<bool()> stop) {
+  const size_t n = rings.size();
+  if (n == 0 || n > static_cast<size_t>(kMaxWaitAny))
+    return absl::UnimplementedError("AwaitAny takes 1 to 16 rings");
+  const std::atomic<uint32_t>* words[kMaxWaitAny];
+  uint32_t seen[kMaxWaitAny];
+  auto ready = [&]() -> int {
+    for (size_t i = 0; i < n; ++i) {
+      const Header* h = rings[i]->header();
+      if (h->head.load(std::memory_order_seq_cst) !=
+              h->tail.load(std::memory_order_relaxed) ||
+          h->closed.load(std::memory_order_seq_cst) != 0) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  };
+  for (;;) {
+    for (size_t i = 0; i < n; ++i) {
+      words[i] = &rings[i]->header()->data_seq;
+      seen[i] = words[i]->load(std::memory_order_acquire);
+    }
+    if (const int i = ready(); i >= 0) return i;
+    if (stop()) return absl::CancelledError("the stream ended");
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          "no message in the shared-memory rings in time");
+    }
+    // Dekker with each producer's publish, as Await.
+    for (size_t i = 0; i < n; ++i)
+      rings[i]->header()->consumer_waits.store(1, std::memory_order_seq_cst);
+    bool waited = true;
+    if (ready() < 0) {
+      waited = FutexWaitAny(absl::MakeConstSpan(words, n),
+                            absl::MakeConstSpan(seen, n),
+                            std::min(kPoll, deadline - now));
+    }
+    for (size_t i = 0; i < n; ++i)
+      rings[i]->header()->consumer_waits.store(0, std::memory_order_relaxed);
+    if (!waited)
+      return absl::UnimplementedError("this kernel has no futex_waitv");
+  }
+}
+
 absl::StatusOr<bool> ShmRing::Read(google::protobuf::MessageLite* message,
                                    absl::Time deadline,
                                    absl::FunctionRef<bool()> stop) {

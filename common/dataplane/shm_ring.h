@@ -30,6 +30,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/dataplane/shm_segment.h"
 #include "google/protobuf/message_lite.h"
 
@@ -69,6 +70,16 @@ class ShmRing {
                             absl::FunctionRef<bool()> stop);
   // Whether a message is waiting (without reading it).
   bool HasMessage() const;
+  // A consumer of several rings (the worker's waiting thread owes
+  // partitions of several shards): waits until one of `rings` has a
+  // message or was closed and returns its index (a Read of it then does
+  // not wait); CANCELLED once stop(), DEADLINE_EXCEEDED at the deadline.
+  // UNIMPLEMENTED when this kernel cannot sleep on several futexes at once
+  // (FutexWaitAny) or for more than kMaxWaitAny rings: the caller waits on
+  // one. The caller is the consumer of each ring for the call.
+  static absl::StatusOr<int> AwaitAny(absl::Span<ShmRing* const> rings,
+                                      absl::Time deadline,
+                                      absl::FunctionRef<bool()> stop);
 
   // Wakes a consumer waiting in Read so that it checks `stop` now (another
   // thread learned that the peer is gone).

@@ -131,6 +131,63 @@ TEST(ShmRingTest, WaitsEndAtTheDeadlineOrWhenStopped) {
             absl::StatusCode::kDeadlineExceeded);
 }
 
+// One consumer of several rings sleeps on all of them: it learns which one
+// has a message (or was closed), and its waits end at the deadline or when
+// stopped, as one ring's.
+TEST(ShmRingTest, AConsumerOfSeveralRingsWakesForAnyOfThem) {
+  Buffer b0(256), b1(256), b2(256);
+  ShmRing r0(b0.base(), static_cast<int64_t>(b0.bytes));
+  ShmRing r1(b1.base(), static_cast<int64_t>(b1.bytes));
+  ShmRing r2(b2.base(), static_cast<int64_t>(b2.bytes));
+  ShmRing* rings[] = {&r0, &r1, &r2};
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int> none =
+      ShmRing::AwaitAny(rings, start + absl::Milliseconds(80), kNever);
+  if (none.status().code() == absl::StatusCode::kUnimplemented) {
+    GTEST_SKIP() << "this kernel has no futex_waitv (Linux 5.16+): "
+                    "the waiting thread sleeps on one ring at a time";
+  }
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(80));
+
+  // Another thread writes to the third ring: that one is named, and read.
+  std::thread producer([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    ASSERT_TRUE(r2.Write(PushOf(5, 2), absl::Now() + absl::Seconds(5), kNever)
+                    .ok());
+  });
+  absl::StatusOr<int> which =
+      ShmRing::AwaitAny(rings, absl::Now() + absl::Seconds(30), kNever);
+  producer.join();
+  ASSERT_TRUE(which.ok()) << which.status();
+  EXPECT_EQ(*which, 2);
+  v1::StreamRequest got;
+  ASSERT_TRUE(*r2.Read(&got, absl::Now(), kNever));
+  EXPECT_EQ(got.push().partition(), 2);
+
+  // A message already there is found without a wait; a closed ring too.
+  ASSERT_TRUE(r1.Write(PushOf(6, 1), absl::Now(), kNever).ok());
+  EXPECT_EQ(*ShmRing::AwaitAny(rings, absl::Now(), kNever), 1);
+  ASSERT_TRUE(*r1.Read(&got, absl::Now(), kNever));
+  r0.Close();
+  EXPECT_EQ(*ShmRing::AwaitAny(rings, absl::Now(), kNever), 0);
+
+  // Stopped: a Wake of any of them makes it look at stop() at once.
+  ShmRing* open[] = {&r1, &r2};
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    absl::SleepFor(absl::Milliseconds(30));
+    stopped = true;
+    r1.Wake();
+  });
+  EXPECT_EQ(ShmRing::AwaitAny(open, absl::Now() + absl::Seconds(30),
+                              [&] { return stopped.load(); })
+                .status()
+                .code(),
+            absl::StatusCode::kCancelled);
+  waker.join();
+}
+
 TEST(ShmRingTest, TooLargeAMessageIsRefused) {
   Buffer b(64);
   ShmRing ring(b.base(), static_cast<int64_t>(b.bytes));
