@@ -38,7 +38,9 @@ bool FutexWaitAny(absl::Span<const std::atomic<uint32_t>* const> words,
       absl::ToTimespec(absl::DurationFromTimespec(now) + max);
   if (syscall(SYS_futex_waitv, waiters, words.size(), 0, &until,
               CLOCK_MONOTONIC) < 0 &&
-      errno == ENOSYS) {
+      errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR) {
+    // ENOSYS (an older kernel), EPERM (a seccomp filter that does not know
+    // it): never again - a caller looping on an instant error would spin.
     missing.store(true, std::memory_order_relaxed);
     return false;
   }

@@ -22,8 +22,9 @@ namespace fulcrum {
 void FutexWait(const std::atomic<uint32_t>* word, uint32_t seen,
                absl::Duration max);
 // FutexWait on several words at once (at most kMaxWaitAny): returns when
-// any of them moved from its `seen` value, or after `max`. false: this
-// kernel has no futex_waitv (before Linux 5.16) - nothing was waited for.
+// any of them moved from its `seen` value, or after `max`. false: no
+// futex_waitv here (before Linux 5.16, or refused by a seccomp filter) -
+// nothing was waited for, and the next calls return false at once too.
 inline constexpr int kMaxWaitAny = 16;
 bool FutexWaitAny(absl::Span<const std::atomic<uint32_t>* const> words,
                   absl::Span<const uint32_t> seen, absl::Duration max);
