@@ -56,6 +56,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "common/dataplane/arrivals.h"
 #include "common/dataplane/grpc_frames.h"
@@ -139,8 +140,9 @@ class GrpcParameterChannel : public ParameterChannel {
     Stream* stream;
     std::shared_ptr<Connection> conn;
   };
-  std::vector<OwnedRing> TakeRings(int64_t clock);
-  static void ReleaseRings(const std::vector<OwnedRing>& owned);
+  using OwnedRings = absl::InlinedVector<OwnedRing, 8>;  // no allocation
+  OwnedRings TakeRings(int64_t clock);
+  static void ReleaseRings(const OwnedRings& owned);
   // One StreamResponse's params and more[] into the parameter buffer.
   bool ApplyMessage(Stream* s, Connection& conn,
                     const v1::StreamResponse& message,

@@ -140,12 +140,12 @@ bool GrpcParameterChannel::ApplyRingMessage(
   return ApplyMessage(s, conn, message, Payload(), {});
 }
 
-std::vector<GrpcParameterChannel::OwnedRing> GrpcParameterChannel::TakeRings(
+GrpcParameterChannel::OwnedRings GrpcParameterChannel::TakeRings(
     int64_t clock) {
   // Streams on rings that still owe a partition of `clock` (one that is
   // still on TCP, or whose connection is being replaced, is its
   // receiver's); a ring with a message waiting alone.
-  std::vector<OwnedRing> owned;
+  OwnedRings owned;
   for (auto& st : streams_) {
     if (!arrivals_.Outstanding(st->partitions, clock)) continue;
     OwnedRing mine{st.get(), nullptr};
@@ -167,7 +167,7 @@ std::vector<GrpcParameterChannel::OwnedRing> GrpcParameterChannel::TakeRings(
   return owned;
 }
 
-void GrpcParameterChannel::ReleaseRings(const std::vector<OwnedRing>& owned) {
+void GrpcParameterChannel::ReleaseRings(const OwnedRings& owned) {
   for (const OwnedRing& o : owned) {
     absl::MutexLock lock(&o.stream->mu);
     o.conn->ring_busy = false;
@@ -175,7 +175,7 @@ void GrpcParameterChannel::ReleaseRings(const std::vector<OwnedRing>& owned) {
 }
 
 bool GrpcParameterChannel::ReadRings(int64_t clock, absl::Time deadline) {
-  const std::vector<OwnedRing> owned = TakeRings(clock);
+  const OwnedRings owned = TakeRings(clock);
   if (owned.empty()) return false;
   // A stream ended or the channel stopped: the wait looks again.
   auto stopped = [this](const Connection& c) {
@@ -186,7 +186,7 @@ bool GrpcParameterChannel::ReadRings(int64_t clock, absl::Time deadline) {
   // read the first that has something (without futex_waitv: the first).
   size_t chosen = 0;
   if (owned.size() > 1) {
-    std::vector<ShmRing*> rings;
+    absl::InlinedVector<ShmRing*, 8> rings;
     for (const OwnedRing& o : owned) rings.push_back(&o.conn->rings->responses);
     absl::StatusOr<int> any = ShmRing::AwaitAny(rings, deadline, [&] {
       return std::any_of(owned.begin(), owned.end(), [&](const OwnedRing& o) {

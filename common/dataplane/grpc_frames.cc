@@ -160,13 +160,13 @@ class SliceList {
 };
 
 // The more[] messages (pushes or parameters) as field `field`, each with
-// its payload `data(i)` (bytes `bytes(i)`) as its data field `data_field`;
-// INTERNAL if one carries data in the message itself, or `outs` payloads
-// are given for a different number of them.
-template <typename Message, typename Bytes, typename Data>
+// its payload `data(i)` as its data field `data_field`; INTERNAL if one
+// carries data in the message itself, or `outs` payloads are given for a
+// different number of them (0: none has one).
+template <typename Message, typename Data>
 grpc::Status AppendMore(
     int field, const google::protobuf::RepeatedPtrField<Message>& more,
-    int data_field, size_t outs, Bytes bytes, Data data, SliceList* out) {
+    int data_field, size_t outs, Data data, SliceList* out) {
   if (outs != 0 && outs != static_cast<size_t>(more.size())) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         "more[] payloads given for some of more[] only");
@@ -177,16 +177,17 @@ grpc::Status AppendMore(
       return grpc::Status(grpc::StatusCode::INTERNAL,
                           "more[].data must be sent out of line (more_out)");
     }
-    const size_t n = outs == 0 ? 0 : bytes(i);
+    grpc::Slice payload = outs == 0 ? grpc::Slice() : data(i);
     out->text() += Prefix(Tag(field, kLengthDelimited), m.SerializeAsString(),
-                          Tag(data_field, kLengthDelimited), n);
-    if (n > 0) out->Payload(data(i));
+                          Tag(data_field, kLengthDelimited), payload.size());
+    out->Payload(std::move(payload));
   }
   return grpc::Status::OK;
 }
 
 // A payload sent from the caller's memory: pinned, or referenced.
 grpc::Slice Referenced(const char* data, size_t bytes, SlicePins* pins) {
+  if (bytes == 0) return grpc::Slice();
   return pins != nullptr
              ? pins->Pin(data, bytes)
              : grpc::Slice(data, bytes, grpc::Slice::STATIC_SLICE);
@@ -208,7 +209,6 @@ grpc::Status SerializeFrame(const RequestFrame& frame, grpc::ByteBuffer* out) {
   if (grpc::Status s = AppendMore(
           kRequestMore, frame.message.more(), kPushData,
           frame.more_out.size(),
-          [&](int i) { return frame.more_out[i].bytes; },
           [&](int i) {
             return Referenced(frame.more_out[i].data, frame.more_out[i].bytes,
                               frame.pins);
@@ -235,9 +235,8 @@ grpc::Status SerializeFrame(const ResponseFrame& frame,
   SliceList list;
   if (grpc::Status s = AppendMore(
           kResponseMore, frame.message.more(), kParamsData,
-          frame.more_out.size(),
-          [&](int i) { return frame.more_out[i].size(); },
-          [&](int i) { return frame.more_out[i]; }, &list);
+          frame.more_out.size(), [&](int i) { return frame.more_out[i]; },
+          &list);
       !s.ok()) {
     return s;
   }

@@ -72,6 +72,27 @@ class CoordinatorTest : public ::testing::Test {
     ASSERT_TRUE(coordinator_.WorkerHeartbeat(r).ok());
   }
 
+  // A shard's heartbeat reporting one non-finite update of `partition` at
+  // `step` by `worker` (generation 1).
+  static v1::ShardHeartbeatRequest NonFiniteBeat(const std::string& shard,
+                                                 const std::string& job,
+                                                 const std::string& worker,
+                                                 int64_t step,
+                                                 int32_t partition) {
+    v1::ShardHeartbeatRequest beat;
+    beat.set_shard_id(shard);
+    v1::ShardJobStats* stats = beat.add_jobs();
+    stats->set_job_id(job);
+    stats->set_generation(1);
+    v1::NonFiniteUpdates* n = stats->mutable_nonfinite();
+    n->set_count(1);
+    n->set_step(step);
+    n->set_partition(partition);
+    n->set_worker_id(worker);
+    n->set_largest(1e37f);
+    return beat;
+  }
+
   testing::FaultInjectionEnv env_;  // the clock moves when the test says
   InlineExecutor inline_;
   FakeShards shards_;
@@ -588,17 +609,8 @@ TEST_F(CoordinatorTest, ANonFiniteUpdateIsAnEventAndFailsTheJobIfAsked) {
     coordinator_.Tick();
     v1::JobStatus status = *coordinator_.GetJob(*id);
     ASSERT_EQ(status.state(), v1::RUNNING) << policy;
-    v1::ShardHeartbeatRequest beat;
-    beat.set_shard_id(status.shards(0));
-    v1::ShardJobStats* stats = beat.add_jobs();
-    stats->set_job_id(*id);
-    stats->set_generation(1);
-    v1::NonFiniteUpdates* n = stats->mutable_nonfinite();
-    n->set_count(1);
-    n->set_step(7);
-    n->set_partition(2);
-    n->set_worker_id(w);
-    n->set_largest(1e37f);
+    const v1::ShardHeartbeatRequest beat =
+        NonFiniteBeat(status.shards(0), *id, w, 7, 2);
     ASSERT_TRUE(coordinator_.ShardHeartbeat(beat).ok());
     ASSERT_TRUE(coordinator_.ShardHeartbeat(beat).ok());  // the same again
     status = *coordinator_.GetJob(*id);
@@ -648,18 +660,10 @@ TEST_F(CoordinatorTest, AJobThatEndsDuringARoundKeepsItsReason) {
   int calls = 0;
   shards_.during_reconfigure = [&] {
     if (calls++ > 0) return;
-    v1::ShardHeartbeatRequest beat;
-    beat.set_shard_id(status.shards(0));
-    v1::ShardJobStats* stats = beat.add_jobs();
-    stats->set_job_id(*id);
-    stats->set_generation(1);
-    v1::NonFiniteUpdates* n = stats->mutable_nonfinite();
-    n->set_count(1);
-    n->set_step(9);
-    n->set_partition(0);
-    n->set_worker_id(w1);
-    n->set_largest(1e37f);
-    ASSERT_TRUE(coordinator_.ShardHeartbeat(beat).ok());
+    ASSERT_TRUE(coordinator_
+                    .ShardHeartbeat(
+                        NonFiniteBeat(status.shards(0), *id, w1, 9, 0))
+                    .ok());
     shards_.failing["127.0.0.1:1"] = absl::FailedPreconditionError(
         absl::StrCat("job ", *id, " has ended"));
   };

@@ -44,7 +44,9 @@ bool FrameParamsWriter::Deliver() {
 }
 
 bool FrameParamsWriter::Send(const ParamsHeader& h) {
-  v1::Params& p = held_.emplace_back();
+  if (held_count_ == held_.size()) held_.emplace_back();
+  v1::Params& p = held_[held_count_++];
+  p.Clear();
   p.set_partition(h.partition);
   p.set_offset(h.offset);
   p.set_version(h.version);
@@ -64,24 +66,24 @@ bool FrameParamsWriter::Send(const ParamsHeader& h) {
     held_bytes_ += bytes;
   }
   // What follows at once goes in the same message (StreamResponse.more).
-  if (h.more && static_cast<int>(held_.size()) < kMaxHeld &&
+  if (h.more && static_cast<int>(held_count_) < kMaxHeld &&
       held_bytes_ < kMaxHeldBytes) {
     return true;
   }
   // The first held leads, the rest follow.
-  *frame_.message.mutable_params() = std::move(held_[0]);
+  *frame_.message.mutable_params() = held_[0];
   frame_.out = std::move(held_out_[0]);
   frame_.out_data = nullptr;
   frame_.out_bytes = frame_.out.size();
   frame_.message.clear_more();
   frame_.more_out.clear();
-  for (size_t i = 1; i < held_.size(); ++i)
-    *frame_.message.add_more() = std::move(held_[i]);
+  for (size_t i = 1; i < held_count_; ++i)
+    *frame_.message.add_more() = held_[i];
   if (held_bytes_ > 0) {  // else every payload is in the segment
     frame_.more_out.assign(std::make_move_iterator(held_out_.begin() + 1),
                            std::make_move_iterator(held_out_.end()));
   }
-  held_.clear();
+  held_count_ = 0;
   held_out_.clear();
   held_bytes_ = 0;
   const bool sent = Deliver();
