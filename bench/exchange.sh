@@ -23,7 +23,7 @@
 # by default (shm); tcp runs the workers with FULCRUM_SHARED_MEMORY=0 (the
 # shards then carry payloads in the stream's messages); both with
 # wire.pre_reduce false, every worker its own streams. group: the workers
-# form a host group (wire.pre_reduce, the default for sync jobs) and the
+# form a host group (wire.pre_reduce: true; off by default) and the
 # leader pushes their sum over shared memory (dense wires only). Each listed
 # transport is a row, alternating within the same cluster.
 #

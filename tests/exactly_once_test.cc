@@ -3,9 +3,12 @@
 // random, so pushes and replies are lost mid-stream and streams re-open
 // and re-send. The final parameters must equal the exactly computed
 // expected value: every gradient applied once, none lost, none twice.
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,7 @@
 #include "server/ps/optimizer.h"
 #include "common/testing/fault_proxy.h"
 #include "tests/in_process_cluster.h"
+#include "worker/group_channel.h"
 #include "worker/grpc_channel.h"
 
 namespace fulcrum {
@@ -48,16 +52,20 @@ v1::JobSpec Spec() {
 // a thread drops every connection of one proxy or the other each time
 // worker 0 has finished 4 more steps, wherever the others are in theirs).
 // kCallback / kShmCallback: the same to shards serving Stream on gRPC's
-// callback API.
-class ExactlyOnceTest : public ::testing::TestWithParam<testing::Transport> {
-};
+// callback API. pre_reduce: the four workers form one host group
+// (wire.pre_reduce): only the leader's streams reach the shards, re-opened
+// and re-sending the group's sums with every member's share.
+class ExactlyOnceTest
+    : public ::testing::TestWithParam<std::tuple<testing::Transport, bool>> {};
 
 TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
-  const bool shared_memory = testing::SharedMemory(GetParam());
-  const bool callback = testing::CallbackShards(GetParam());
+  const auto [transport, pre_reduce] = GetParam();
+  const bool shared_memory = testing::SharedMemory(transport);
+  const bool callback = testing::CallbackShards(transport);
   constexpr int kWorkers = 4;
   constexpr int64_t kSteps = 40;
-  const v1::JobSpec spec = Spec();
+  v1::JobSpec spec = Spec();
+  spec.mutable_wire()->set_pre_reduce(pre_reduce);
   ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   std::vector<std::string> ids;
   for (int w = 0; w < kWorkers; ++w) ids.push_back(absl::StrCat("w", w));
@@ -98,6 +106,9 @@ TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
     }
     dropper_done.Notify();
   });
+  GrpcChannelFactory factory(shared_memory);
+  const std::string group_nonce =
+      absl::StrCat("exactly-once-", getpid(), "-", absl::ToUnixNanos(absl::Now()));
   std::vector<std::thread> threads;
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
@@ -110,7 +121,13 @@ TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
       o.chunk_bytes = spec.chunk_bytes();
       o.shared_memory = shared_memory;
       o.on_reconnect = [&reconnects, w] { ++reconnects[w]; };
-      GrpcParameterChannel client(o, &*layout, params.data());
+      if (pre_reduce) {  // one host: every worker in one group, w0 leading
+        for (const std::string& id : ids) o.host_group.push_back({id, {}});
+        o.group_nonce = group_nonce;
+      }
+      const std::unique_ptr<ParameterChannel> channel =
+          MakeGroupChannel(o, &*layout, params.data(), &factory);
+      ParameterChannel& client = *channel;
       absl::StatusOr<int64_t> start = client.Open();
       if (!start.ok()) {
         errors[w] = start.status().ToString();
@@ -154,14 +171,26 @@ TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
   EXPECT_GE(total_reconnects, 5);
   // The transport is the one asked for: streams mapped their segments
   // (re-opened ones offer a new segment each).
-  int64_t mapped = 0;
-  for (auto& s : shards)
+  int64_t mapped = 0, group_members = 0;
+  for (auto& s : shards) {
     mapped += static_cast<int64_t>(
         s->metrics->shm_streams.WithLabels({"mapped"}).Value());
+    group_members += static_cast<int64_t>(
+        s->metrics->group_members.WithLabels().Value());
+  }
+  // (In a group only the leader has streams: one per shard.)
+  const int64_t streams = pre_reduce ? spec.shards() : kWorkers * spec.shards();
   if (shared_memory) {
-    EXPECT_GE(mapped, kWorkers) << "no stream used shared memory";
+    EXPECT_GE(mapped, streams) << "not every stream used shared memory";
   } else {
     EXPECT_EQ(mapped, 0);
+  }
+  // The group formed (every member joined; each re-opened stream names
+  // them again), or no stream named one.
+  if (pre_reduce) {
+    EXPECT_GE(group_members, (kWorkers - 1) * spec.shards());
+  } else {
+    EXPECT_EQ(group_members, 0);
   }
 
   // Expected: w_T = w_0 - sum_t mean_w g(w, t), with the shard's own float
@@ -198,14 +227,17 @@ TEST_P(ExactlyOnceTest, DroppedConnectionsNeitherLoseNorDoubleAnUpdate) {
   for (auto& s : shards) s->server->Shutdown(std::chrono::system_clock::now());
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ExactlyOnceTest,
-                         ::testing::Values(testing::Transport::kGrpc,
-                                           testing::Transport::kShm,
-                                           testing::Transport::kCallback,
-                                           testing::Transport::kShmCallback),
-                         [](const auto& info) {
-                           return testing::TransportName(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Transports, ExactlyOnceTest,
+    ::testing::Combine(::testing::Values(testing::Transport::kGrpc,
+                                         testing::Transport::kShm,
+                                         testing::Transport::kCallback,
+                                         testing::Transport::kShmCallback),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return absl::StrCat(testing::TransportName(std::get<0>(info.param)),
+                          std::get<1>(info.param) ? "_pre_reduce" : "");
+    });
 
 }  // namespace
 }  // namespace fulcrum
