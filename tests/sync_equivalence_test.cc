@@ -181,6 +181,39 @@ INSTANTIATE_TEST_SUITE_P(
                           testing::TransportName(std::get<1>(info.param)));
     });
 
+// A host group with bf16 gradients: the leader's channel sums the group's
+// fp32 gradients (into its scratch buffer: the slot takes bf16, not the
+// fp32 sum) and narrows the sum once - both transports round it alike, the
+// workers agree, and 20 steps stay close to fp32's big batch.
+TEST(PreReduceWireTest, ABf16GroupRoundsItsSumAlikeOnBothTransports) {
+  const std::vector<std::vector<float>> fp32 =
+      Train(1, 2 * 8, 2, Transport::kLocal);
+  std::vector<std::vector<float>> got;
+  for (Transport t : {Transport::kGrpc, Transport::kShm}) {
+    v1::JobSpec spec = Spec(8, 2, v1::ENCODING_BF16);
+    spec.mutable_wire()->set_pre_reduce(true);
+    ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    testing::TrainRun run =
+        testing::TrainInProcess(spec, 2, nullptr, nullptr, t);
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_EQ(run.errors[w], "") << testing::TransportName(t) << " worker " << w;
+      EXPECT_EQ(run.results[w].progress.step(), 20);
+    }
+    EXPECT_EQ(run.results[1].params, run.results[0].params)
+        << testing::TransportName(t);
+    EXPECT_EQ(run.group_members, 2) << "one member named on each shard";
+    got.push_back(std::move(run.results[0].params));
+  }
+  EXPECT_EQ(got[0], got[1]) << "the transports round the group's sum differently";
+  EXPECT_NE(got[0], fp32[0]) << "nothing was rounded";
+  double d2 = 0, n2 = 0;
+  for (size_t i = 0; i < fp32[0].size(); ++i) {
+    d2 += std::pow(double{got[0][i]} - fp32[0][i], 2);
+    n2 += std::pow(double{fp32[0][i]}, 2);
+  }
+  EXPECT_LE(std::sqrt(d2 / n2), 1e-2);
+}
+
 // Shards that do not map the workers' segments (fulcrum-server
 // --shared_memory=false here; another uid or a full /dev/shm alike) leave
 // every stream on TCP: training is bit for bit TCP's, and each refusal is
