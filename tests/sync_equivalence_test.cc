@@ -181,10 +181,9 @@ INSTANTIATE_TEST_SUITE_P(
                           testing::TransportName(std::get<1>(info.param)));
     });
 
-// A host group with bf16 gradients: the leader's channel sums the group's
-// fp32 gradients (into its scratch buffer: the slot takes bf16, not the
-// fp32 sum) and narrows the sum once - both transports round it alike, the
-// workers agree, and 20 steps stay close to fp32's big batch.
+// A host group with bf16 gradients: the leader sums the group's fp32
+// gradients and its channel narrows the sum once - both transports round it
+// alike, the workers agree, and 20 steps stay close to fp32's big batch.
 TEST(PreReduceWireTest, ABf16GroupRoundsItsSumAlikeOnBothTransports) {
   const std::vector<std::vector<float>> fp32 =
       Train(1, 2 * 8, 2, Transport::kLocal);

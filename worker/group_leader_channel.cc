@@ -70,8 +70,6 @@ class LeaderChannel : public GroupChannelBase {
     largest_.assign(slots_.size() + 1, 0);
     shares_.assign(layout_->partitions().size(),
                    std::vector<MemberShare>(slots_.size() + 1));
-    sources_.assign(layout_->partitions().size(), {});
-    for (auto& s : sources_) s.reserve(slots_.size() + 1);
     return clock;
   }
 
@@ -194,19 +192,21 @@ class LeaderChannel : public GroupChannelBase {
       inner_->PushShares(own.id, own.step, 0, reduced_.data(), stop, shares);
       return absl::OkStatus();
     }
-    // The channel sums as it writes the payload (into the shard's slot on
-    // shared memory: no pass of ours over the sum).
-    std::vector<WeightedGradient>& sources = sources_[own.id];
-    sources.clear();  // (capacity from Open: no allocation here)
-    if (own.samples > 0)
-      sources.push_back({own.grads, static_cast<float>(own.samples) / total});
+    float* out = reduced_.data() + part.offset;
+    const float w0 = static_cast<float>(own.samples) / total;
+    if (own.samples > 0) {
+      const float* g = own.grads + part.offset;
+      for (int64_t i = 0; i < part.size; ++i) out[i] = w0 * g[i];
+    } else {
+      std::fill(out, out + part.size, 0.0f);
+    }
     for (size_t k = 0; k < got.size(); ++k) {
       if (got[k].samples == 0) continue;
-      sources.push_back({segment_->grads(slots_[k]),
-                         static_cast<float>(got[k].samples) / total});
+      const float w = static_cast<float>(got[k].samples) / total;
+      const float* g = segment_->grads(slots_[k]) + part.offset;
+      for (int64_t i = 0; i < part.size; ++i) out[i] += w * g[i];
     }
-    inner_->PushSum(part, own.step, total, sources, reduced_.data(), stop,
-                    shares);
+    inner_->PushShares(own.id, own.step, total, reduced_.data(), stop, shares);
     return absl::OkStatus();
   }
 
@@ -243,8 +243,6 @@ class LeaderChannel : public GroupChannelBase {
   std::deque<QueuedPush> pending_;
   std::vector<float> reduced_;
   std::vector<std::vector<MemberShare>> shares_;  // by partition
-  // By partition: what its push sums (PushSum; valid until the next step's).
-  std::vector<std::vector<WeightedGradient>> sources_;
 };
 
 

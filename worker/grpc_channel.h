@@ -83,11 +83,6 @@ class GrpcParameterChannel : public ParameterChannel {
   absl::StatusOr<int64_t> Open() override;
   void Push(int32_t id, int64_t step, int64_t samples, const float* grads,
             bool stop, PushRange range) override;
-  // Sums straight into the shared-memory slot on a connection that has
-  // one (fp32; else into scratch, then as PushShares).
-  void PushSum(const Partition& part, int64_t step, int64_t samples,
-               absl::Span<const WeightedGradient> sources, float* scratch,
-               bool stop, absl::Span<const MemberShare> shares) override;
   void PushShares(int32_t id, int64_t step, int64_t samples,
                   const float* grads, bool stop,
                   absl::Span<const MemberShare> shares) override;

@@ -25,15 +25,6 @@ void GrpcParameterChannel::PushShares(int32_t id, int64_t step,
   Enqueue({id, step, samples, grads, stop, PushRange{}, shares});
 }
 
-void GrpcParameterChannel::PushSum(const Partition& part, int64_t step,
-                                   int64_t samples,
-                                   absl::Span<const WeightedGradient> sources,
-                                   float* scratch, bool stop,
-                                   absl::Span<const MemberShare> shares) {
-  Enqueue({part.id, step, samples, scratch, stop, PushRange{}, shares,
-           sources, scratch});
-}
-
 void GrpcParameterChannel::Enqueue(const QueuedPush& push) {
   Stream* s = streams_[stream_of_partition_[push.id]].get();
   std::shared_ptr<Connection> conn;
@@ -166,21 +157,7 @@ bool GrpcParameterChannel::WriteBatch(Stream* s, Connection& conn,
                                    s->grad_slot[item.id] + offset * 4;
       char* room = shm == nullptr ? nullptr : shm->at(at);
       GradientEncoder::Chunk c;
-      if (n > 0 && !item.sources.empty()) {
-        // A pre-reduced push (PushSum): summed straight into the slot when
-        // the slot takes fp32 as it is, else into the caller's scratch.
-        if (room != nullptr && encoding == WireEncoding::kFp32 &&
-            !encoder_->sparse()) {
-          SumGradients(item.sources, p.offset + offset, n,
-                       reinterpret_cast<float*>(room));
-          c.data = room;
-          c.bytes = static_cast<size_t>(n) * 4;
-        } else {
-          SumGradients(item.sources, p.offset + offset, n,
-                       item.scratch + p.offset + offset);
-        }
-      }
-      if (n > 0 && c.data == nullptr) {
+      if (n > 0) {
         c = encoder_->Encode(item.id, offset, n, item.grads, item.step,
                              options_.generation, room);
         push->set_indices(c.indices.data(), c.indices.size());

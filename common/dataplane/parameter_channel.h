@@ -47,18 +47,6 @@ struct MemberShare {
   PushRange range;
 };
 
-// One member's gradient in a pre-reduced push (ParameterChannel::PushSum):
-// its flat gradient and its weight in the sum.
-struct WeightedGradient {
-  const float* grads;
-  float weight;
-};
-
-// out[0, n) = sum over `sources` of weight * grads[begin, begin + n): the
-// first times its weight, each next added in order (bit for bit that).
-void SumGradients(absl::Span<const WeightedGradient> sources, int64_t begin,
-                  int64_t n, float* out);
-
 // A push as a channel queues it: ParameterChannel::Push's arguments.
 struct QueuedPush {
   int32_t id;
@@ -69,11 +57,6 @@ struct QueuedPush {
   PushRange range;
   // Pre-reduced: one per member (not owned; see PushShares). Empty: none.
   absl::Span<const MemberShare> shares = {};
-  // PushSum: what the payload is the sum of, summed by the channel as it
-  // sends (not owned), into its slot or into `scratch` (then grads ==
-  // scratch). Empty: grads is the payload.
-  absl::Span<const WeightedGradient> sources = {};
-  float* scratch = nullptr;
 };
 
 // A worker of the generation on this host (Assignment.host_group).
@@ -181,19 +164,6 @@ class ParameterChannel {
   virtual void PushShares(int32_t id, int64_t step, int64_t samples,
                           const float* grads, bool stop,
                           absl::Span<const MemberShare> shares) = 0;
-  // PushShares of SumGradients(sources) over partition `part`, summed by
-  // the channel where it writes the payload anyway (a shared-memory slot:
-  // no pass of the caller's over the sum), else into `scratch` (a flat
-  // buffer of the caller's, then read as PushShares reads grads). `sources`
-  // is not copied (valid until the next WaitForClock returns). This
-  // default sums into `scratch` at once and calls PushShares.
-  virtual void PushSum(const Partition& part, int64_t step, int64_t samples,
-                       absl::Span<const WeightedGradient> sources,
-                       float* scratch, bool stop,
-                       absl::Span<const MemberShare> shares) {
-    SumGradients(sources, part.offset, part.size, scratch + part.offset);
-    PushShares(part.id, step, samples, scratch, stop, shares);
-  }
 
   // Waits until every partition has arrived for reading at `clock` (the
   // parameters to compute step `clock` with; in sync mode exactly version
