@@ -1,5 +1,6 @@
 // What a scrape of the shard's /metrics reads from its state: the number of
-// jobs and each embedding table's rows, bytes and totals.
+// jobs, each embedding table's rows, bytes and totals, and the wait
+// continuations that ran without a scope (DeferredCalls::unscoped).
 #ifndef FULCRUM_SERVER_PS_SHARD_COLLECTOR_H_
 #define FULCRUM_SERVER_PS_SHARD_COLLECTOR_H_
 

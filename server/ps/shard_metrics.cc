@@ -52,6 +52,11 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
           "Workers whose gradients arrive summed in another member's stream "
           "(wire.pre_reduce: one stream per host group), counted at each "
           "stream's hello.")),
+      deferred_unscoped(r.AddCounter(
+          "fulcrum_server_deferred_unscoped_total",
+          "Wait continuations (a stream's answer that had to wait) decided "
+          "by a call without a DeferredCalls scope, so run on a background "
+          "thread: correct but slower, and a bug to report - it stays 0.")),
       jobs(r.AddGauge("fulcrum_server_jobs",
                       "Jobs whose partitions this shard holds.")),
       checkpoint_seconds(r.AddHistogram(
@@ -121,6 +126,7 @@ ShardMetrics::ShardMetrics(metrics::Registry& r)
   shm_streams.WithLabels({"mapped"});
   shm_streams.WithLabels({"refused"});
   group_members.WithLabels();
+  deferred_unscoped.WithLabels();
 }
 
 ShardMetrics::Job ShardMetrics::ForJob(const std::string& job_id) {

@@ -53,6 +53,8 @@ struct ShardMetrics {
   metrics::Family<metrics::Gauge>& streams;
   metrics::Family<metrics::Counter>& shm_streams;
   metrics::Family<metrics::Counter>& group_members;
+  // DeferredCalls::unscoped(), brought up to date by CollectShardState.
+  metrics::Family<metrics::Counter>& deferred_unscoped;
   metrics::Family<metrics::Gauge>& jobs;
   metrics::Family<metrics::Histogram>& checkpoint_seconds;
   metrics::Family<metrics::Counter>& checkpoint_failures;
