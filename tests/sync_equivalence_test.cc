@@ -94,6 +94,18 @@ double MaxRelativeDifference(const std::vector<float>& a,
   return worst;
 }
 
+// ||a - b|| / ||b|| over the whole model: single elements near zero drift
+// further on a trajectory that differs by rounding.
+double RelativeNormDifference(const std::vector<float>& a,
+                              const std::vector<float>& b) {
+  double d2 = 0, n2 = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    d2 += std::pow(double{a[i]} - b[i], 2);
+    n2 += std::pow(double{b[i]}, 2);
+  }
+  return std::sqrt(d2 / n2);
+}
+
 // On every transport of the data plane: gRPC on loopback with payloads in
 // the messages or in shared memory, the in-process channel into the shard
 // cores, and both gRPC ways to shards serving Stream on the callback API.
@@ -205,12 +217,7 @@ TEST(PreReduceWireTest, ABf16GroupRoundsItsSumAlikeOnBothTransports) {
   }
   EXPECT_EQ(got[0], got[1]) << "the transports round the group's sum differently";
   EXPECT_NE(got[0], fp32[0]) << "nothing was rounded";
-  double d2 = 0, n2 = 0;
-  for (size_t i = 0; i < fp32[0].size(); ++i) {
-    d2 += std::pow(double{got[0][i]} - fp32[0][i], 2);
-    n2 += std::pow(double{fp32[0][i]}, 2);
-  }
-  EXPECT_LE(std::sqrt(d2 / n2), 1e-2);
+  EXPECT_LE(RelativeNormDifference(got[0], fp32[0]), 1e-2);
 }
 
 // Shards that do not map the workers' segments (fulcrum-server
@@ -257,14 +264,7 @@ TEST_P(CompressedWireTest, BothTransportsRoundAlikeAndStayCloseToFp32) {
   EXPECT_EQ(grpc[0], local[0]) << "the transports round differently";
   EXPECT_EQ(shm[0], grpc[0]) << "shared memory rounds differently";
   EXPECT_NE(grpc[0], fp32[0]) << "nothing was rounded";
-  // ||a - b|| / ||b|| over the whole model: single elements near zero
-  // drift further on a trajectory that differs by rounding.
-  double d2 = 0, n2 = 0;
-  for (size_t i = 0; i < fp32[0].size(); ++i) {
-    d2 += std::pow(double{grpc[0][i]} - fp32[0][i], 2);
-    n2 += std::pow(double{fp32[0][i]}, 2);
-  }
-  const double diff = std::sqrt(d2 / n2);
+  const double diff = RelativeNormDifference(grpc[0], fp32[0]);
   EXPECT_LE(diff, 1e-2);  // bf16 parameters alone: ~2^-9 per element
   RecordProperty("relative_difference_to_fp32", std::to_string(diff));
   std::cerr << "relative difference to fp32: " << diff << "\n";
