@@ -455,8 +455,10 @@ class ShardFaultTest : public FaultTest {
     const int every = 50;
     // Long enough (~95 steps an epoch) that the job is still training when
     // the test has seen checkpoint 100 and kills the shard: with 3 epochs
-    // a loaded machine's status polls saw it only after the job had ended.
-    const int epochs = 12;
+    // a loaded machine's status polls saw it only after the job had ended,
+    // and since the data plane's rings 12 epochs train in ~3 s, which a
+    // loaded container's polls also missed once (the ssp case).
+    const int epochs = 40;
     const std::string job = Submit(
         c, Job(name, absl::StrCat("epochs: ", epochs,
                                   "\nworkers: {min: 2, max: 2}\n"
