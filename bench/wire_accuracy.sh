@@ -13,7 +13,8 @@
 # A wire is GRADIENTS/PARAMETERS[/TOPK[/WARMUP]] (wire.gradients /
 # wire.parameters / wire.topk / wire.topk_warmup_steps, e.g. fp32/fp32/0.01:
 # top-k at 1% with error feedback; fp32/fp32/0.01/500: warmed up over 500
-# steps).
+# steps); TOPK written rF is wire.randomk F instead (fp32/fp32/r0.01:
+# random-k at 1%).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=3 target=0.88 workers=2 shards=2 link=""
@@ -45,16 +46,27 @@ for r in $(seq "$runs"); do
     cluster_job_yaml "$run/job.yaml" 20000 "$workers" "$shards"
     sed -i 's/^eval_every_steps: .*/eval_every_steps: 100/' "$run/job.yaml"
     IFS=/ read -r grads params topk warmup <<< "$wire"
+    sparse=topk
+    if [[ $topk == r* ]]; then sparse=randomk topk=${topk#r}; fi
     cat >> "$run/job.yaml" <<YAML
 target_accuracy: $target
-wire: {gradients: $grads, parameters: $params${topk:+, topk: $topk}${warmup:+, topk_warmup_steps: $warmup}}
+wire: {gradients: $grads, parameters: $params${topk:+, $sparse: $topk}${warmup:+, topk_warmup_steps: $warmup}}
 YAML
     id=$(ctl submit "$run/job.yaml")
-    ctl status "$id" --watch >/dev/null
-    read -r steps secs acc < <(ctl status "$id" --json | /usr/bin/python3 -c \
-      'import json,sys; j=json.load(sys.stdin); p=j["progress"]; print(p.get("step", 0), j["end_time_unix"]-j["start_time_unix"], p["test_accuracy"])')
-    printf "%-4s %-10s %7s %8.1f %8.4f\n" "$r" "$wire" "$steps" "$secs" "$acc"
-    echo "$wire $steps $secs $acc" >> "$results"
+    ctl status "$id" --watch >/dev/null || true  # a failed job is a row too
+    # A job that failed (a wire that diverged: the shards refuse a NaN)
+    # or ended at max_steps short of the target is marked so, not timed.
+    read -r steps secs acc state < <(ctl status "$id" --json | /usr/bin/python3 -c \
+      'import json,sys; j=json.load(sys.stdin); p=j.get("progress", {}); print(p.get("step", 0), j["end_time_unix"]-j["start_time_unix"], p.get("test_accuracy", 0), j["state"])')
+    if [ "$state" != SUCCEEDED ]; then
+      note="$state: $(ctl status "$id" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin).get("message", "")[:120])')"
+    elif /usr/bin/python3 -c "import sys; sys.exit(float('$acc') < float('$target'))"; then
+      note=""
+    else
+      note="not reached by step $steps"
+    fi
+    printf "%-4s %-10s %7s %8.1f %8.4f %s\n" "$r" "$wire" "$steps" "$secs" "$acc" "$note"
+    if [ -z "$note" ]; then echo "$wire $steps $secs $acc" >> "$results"; fi
   done
 done
 cluster_stop
@@ -68,6 +80,7 @@ for wire, steps, secs, acc in rows:
 base = by.get("fp32/fp32")
 print(f"\nmedians to {sys.argv[2]}:")
 print(f"{'wire':<10} {'steps':>7} {'seconds':>8} {'steps/fp32':>11} {'time/fp32':>10}")
+print("(runs that failed or missed the target are left out; the rows above say which)")
 for wire, v in by.items():
     s = statistics.median(x[0] for x in v); t = statistics.median(x[1] for x in v)
     rs = s / statistics.median(x[0] for x in base) if base else float("nan")

@@ -25,11 +25,15 @@ std::string DataDir() {
 v1::JobSpec Spec(int batch, int shards,
                  v1::Encoding gradients = v1::ENCODING_FP32,
                  v1::Encoding parameters = v1::ENCODING_FP32,
-                 double topk = 0) {
+                 double topk = 0, bool random = false) {
   v1::JobSpec spec;
   spec.mutable_wire()->set_gradients(gradients);
   spec.mutable_wire()->set_parameters(parameters);
-  spec.mutable_wire()->set_topk(topk);
+  if (random) {
+    spec.mutable_wire()->set_randomk(topk);
+  } else {
+    spec.mutable_wire()->set_topk(topk);
+  }
   // The top-k tests compare with the shard's momentum (bit for bit at
   // topk 1); momentum correction is job_shard_test's and the bench's.
   spec.mutable_wire()->set_momentum_correction(false);
@@ -58,8 +62,10 @@ using testing::Transport;
 std::vector<std::vector<float>> Train(
     int workers, int batch, int shards, Transport transport,
     v1::Encoding gradients = v1::ENCODING_FP32,
-    v1::Encoding parameters = v1::ENCODING_FP32, double topk = 0) {
-  const v1::JobSpec spec = Spec(batch, shards, gradients, parameters, topk);
+    v1::Encoding parameters = v1::ENCODING_FP32, double topk = 0,
+    bool random = false) {
+  const v1::JobSpec spec =
+      Spec(batch, shards, gradients, parameters, topk, random);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   testing::TrainRun run =
       testing::TrainInProcess(spec, workers, nullptr, nullptr, transport);
@@ -332,6 +338,43 @@ TEST(TopKWireTest, TenPercentRoundsAlikeOnBothTransportsAndStillTrains) {
   // end (measured: 0.13 with error feedback; 0.46 without it, the
   // residual dropped each step).
   EXPECT_LT(Norm(grpc[0], dense[0]), 0.25 * dense_moved);
+}
+
+// Random-k (wire.randomk) at 10%: the positions are drawn from the
+// worker's seed, the step and the chunk, so the transports still agree bit
+// for bit and so do the workers; it is neither the dense wire nor top-k,
+// and with error feedback it still trains toward dense's end.
+TEST(RandomKWireTest, TenPercentRoundsAlikeOnEveryTransportAndStillTrains) {
+  const std::vector<std::vector<float>> dense = Train(2, 8, 2, Transport::kLocal);
+  const std::vector<std::vector<float>> topk = Train(
+      2, 8, 2, Transport::kLocal, v1::ENCODING_FP32, v1::ENCODING_FP32, 0.1);
+  std::vector<std::vector<std::vector<float>>> runs;
+  for (Transport transport :
+       {Transport::kLocal, Transport::kGrpc, Transport::kShm}) {
+    runs.push_back(Train(2, 8, 2, transport, v1::ENCODING_FP32,
+                         v1::ENCODING_FP32, 0.1, /*random=*/true));
+    ASSERT_EQ(runs.back().size(), 2u) << testing::TransportName(transport);
+    EXPECT_EQ(runs.back()[0], runs.back()[1])
+        << "workers disagree on " << testing::TransportName(transport);
+    EXPECT_EQ(runs.back()[0], runs[0][0])
+        << testing::TransportName(transport) << " draws differently";
+  }
+  const std::vector<float>& random = runs[0][0];
+  EXPECT_NE(random, dense[0]) << "nothing was left out";
+  EXPECT_NE(random, topk[0]) << "random-k chose the largest";
+  auto layout = ParameterLayout::ForMlp({144, 32, 16, 4}, 2, 4096);
+  std::vector<float> init(layout->total_size());
+  InitializeParameters(*layout, 42, 0, layout->total_size(), init.data());
+  const double moved = Norm(random, init), dense_moved = Norm(dense[0], init);
+  std::cerr << "moved " << moved << " (dense " << dense_moved
+            << "), from dense " << Norm(random, dense[0]) << " (top-k "
+            << Norm(topk[0], dense[0]) << ")\n";
+  EXPECT_GT(moved, 0.5 * dense_moved);
+  EXPECT_LT(moved, 1.5 * dense_moved);
+  // Measured: 0.59 of dense's way from dense's end (top-k: 0.13), having
+  // moved 0.63 of dense's distance; with the residual dropped each step
+  // (no error feedback) it moved 0.16 and ended 0.91 away - both fail.
+  EXPECT_LT(Norm(random, dense[0]), 0.75 * dense_moved);
 }
 
 // The trainer's device path (staging copies; gradient buckets copied out

@@ -8,6 +8,18 @@
 #include "worker/group_channel.h"
 
 namespace fulcrum {
+namespace {
+
+// wire.randomk's seed: the job's seed and the worker's id (FNV-1a), so
+// that workers draw different positions and one worker the same ones in
+// every generation and on every transport.
+uint64_t RandomKSeed(uint64_t job_seed, const std::string& worker_id) {
+  uint64_t h = 0xcbf29ce484222325ull ^ job_seed;
+  for (const unsigned char c : worker_id) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
 
 Assignment FromProto(const v1::WorkerAssignment& a) {
   Assignment out{a.job_id(),
@@ -42,11 +54,15 @@ WorkerSession::WorkerSession(Options options, Assignment first,
                      .value_or(WireEncoding::kFp32)),
       encoder_(std::make_unique<GradientEncoder>(
           layout, assignment_.spec.chunk_bytes() / 4, gradients_,
-          assignment_.spec.wire().topk(),
+          SparseFraction(assignment_.spec),
           assignment_.spec.wire().topk_warmup_steps(),
           MomentumOnWorkers(assignment_.spec)
               ? static_cast<float>(assignment_.spec.optimizer().momentum())
-              : 0.0f)) {}
+              : 0.0f,
+          assignment_.spec.wire().randomk() > 0
+              ? GradientEncoder::Selection::kRandom
+              : GradientEncoder::Selection::kTopK,
+          RandomKSeed(assignment_.spec.seed(), options_.worker_id))) {}
 
 WorkerSession::~WorkerSession() {
   if (channel_ != nullptr) {

@@ -111,8 +111,8 @@ class WorkerSession {
   JobLink* const link_;                  // Not owned; may be null.
   Assignment assignment_;
   const WireEncoding gradients_;
-  // How gradients go on the wire (wire.gradients, wire.topk): the
-  // generations' channels borrow it, so the top-k residual outlives them.
+  // How gradients go on the wire (wire.gradients, wire.topk/randomk): the
+  // generations' channels borrow it, so the sparse residual outlives them.
   const std::unique_ptr<GradientEncoder> encoder_;
   std::unique_ptr<ParameterChannel> channel_;
 };

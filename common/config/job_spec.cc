@@ -156,6 +156,8 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"parameters",
        encoding([wi](v1::Encoding e) { wi->set_parameters(e); })},
       {"topk", Scalar<double>("a number", [wi](double v) { wi->set_topk(v); })},
+      {"randomk",
+       Scalar<double>("a number", [wi](double v) { wi->set_randomk(v); })},
       {"momentum_correction",
        Scalar<bool>("true or false",
                     [wi](bool v) { wi->set_momentum_correction(v); })},
@@ -656,6 +658,16 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                             "elements sent; 0: dense)",
                             got(spec.wire().topk())));
   }
+  if (!(spec.wire().randomk() >= 0.0 && spec.wire().randomk() <= 1.0)) {
+    return Bad("wire.randomk",
+               absl::StrCat("must be in (0, 1] (the fraction of each chunk's "
+                            "elements sent; 0: dense)",
+                            got(spec.wire().randomk())));
+  }
+  if (spec.wire().topk() > 0 && spec.wire().randomk() > 0) {
+    return Bad("wire.randomk",
+               "cannot be combined with wire.topk (one sparsifier a job)");
+  }
   if (spec.wire().topk_warmup_steps() < 0) {
     return Bad("wire.topk_warmup_steps",
                absl::StrCat("must be >= 0",
@@ -669,10 +681,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
                  "needs consistency.mode sync (a host's pushes are summed "
                  "per step)");
     }
-    if (spec.wire().topk() > 0) {
+    if (SparseFraction(spec) > 0) {
       return Bad("wire.pre_reduce",
-                 "cannot be combined with wire.topk (the sum is pushed "
-                 "dense)");
+                 absl::StrCat("cannot be combined with wire.",
+                              spec.wire().topk() > 0 ? "topk" : "randomk",
+                              " (the sum is pushed dense)"));
     }
   }
   RETURN_IF_ERROR(ValidateEmbeddingTables(spec));
@@ -706,8 +719,12 @@ bool PreReduce(const v1::JobSpec& spec) {
   return spec.wire().pre_reduce();
 }
 
+double SparseFraction(const v1::JobSpec& spec) {
+  return spec.wire().topk() > 0 ? spec.wire().topk() : spec.wire().randomk();
+}
+
 bool MomentumOnWorkers(const v1::JobSpec& spec) {
-  return spec.wire().topk() > 0 && spec.optimizer().type() == "momentum" &&
+  return SparseFraction(spec) > 0 && spec.optimizer().type() == "momentum" &&
          spec.optimizer().momentum() > 0 &&
          (!spec.wire().has_momentum_correction() ||
           spec.wire().momentum_correction());

@@ -34,7 +34,10 @@ void ApplyDefaults(v1::JobSpec* spec);
 // OK, or INVALID_ARGUMENT naming the first bad field. Call after ApplyDefaults.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
-// Whether the job's momentum runs on the workers (wire.topk with optimizer
+// The fraction of each chunk a sparse wire sends (wire.topk or
+// wire.randomk, at most one of them set); 0: dense.
+double SparseFraction(const v1::JobSpec& spec);
+// Whether the job's momentum runs on the workers (a sparse wire with optimizer
 // momentum and wire.momentum_correction not false): the shards then apply
 // plain SGD to what arrives (docs/job-spec.md, wire).
 bool MomentumOnWorkers(const v1::JobSpec& spec);

@@ -90,6 +90,16 @@ TEST(JobSpecTest, WireEncodings) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_FALSE(MomentumOnWorkers(*spec));
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  // Random-k: the same fraction, the same momentum correction.
+  spec = ParseJobSpec(std::string(kValid) + "wire: {randomk: 0.05}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->wire().randomk(), 0.05);
+  EXPECT_DOUBLE_EQ(SparseFraction(*spec), 0.05);
+  EXPECT_TRUE(MomentumOnWorkers(*spec));
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  spec->mutable_wire()->set_randomk(0);
+  EXPECT_DOUBLE_EQ(SparseFraction(*spec), 0.0);
+  EXPECT_FALSE(MomentumOnWorkers(*spec));
 }
 
 TEST(JobSpecTest, ParsesJson) {
@@ -244,6 +254,12 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"wire: {pre_reduce: true, topk: 0.01}",
        "wire.pre_reduce cannot be combined with wire.topk"},
       {"wire: {pre_reduce: often}", "wire.pre_reduce"},
+      {"wire: {randomk: 2}", "wire.randomk must be in (0, 1]"},
+      {"wire: {randomk: some}", "wire.randomk"},
+      {"wire: {randomk: 0.01, topk: 0.01}",
+       "wire.randomk cannot be combined with wire.topk"},
+      {"wire: {pre_reduce: true, randomk: 0.01}",
+       "wire.pre_reduce cannot be combined with wire.randomk"},
       {"name: ''", "name must not be empty"},
   };
   for (const Case& c : cases) {

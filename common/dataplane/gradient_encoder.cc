@@ -4,20 +4,24 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/dataplane/randomk.h"
 #include "common/dataplane/topk.h"
 
 namespace fulcrum {
 
 GradientEncoder::GradientEncoder(const ParameterLayout* layout,
                                  int64_t chunk_elems, WireEncoding encoding,
-                                 double topk, int64_t warmup_steps,
-                                 float momentum)
+                                 double fraction, int64_t warmup_steps,
+                                 float momentum, Selection selection,
+                                 uint64_t seed)
     : layout_(layout),
       chunk_elems_(std::max<int64_t>(1, chunk_elems)),
       encoding_(encoding),
-      topk_(topk),
+      fraction_(fraction),
       warmup_steps_(std::max<int64_t>(0, warmup_steps)),
-      momentum_(topk > 0 ? momentum : 0.0f) {
+      momentum_(fraction > 0 ? momentum : 0.0f),
+      selection_(selection),
+      seed_(seed) {
   const int64_t total = layout_->total_size();
   if (!sparse()) return;  // encoded_: at its first use
   for (const Partition& p : layout_->partitions()) {
@@ -38,9 +42,9 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
 }
 
 int64_t GradientEncoder::Kept(int64_t n, int64_t step) const {
-  double fraction = topk_;
+  double fraction = fraction_;
   if (step < warmup_steps_) {
-    fraction = std::pow(topk_, static_cast<double>(step) / warmup_steps_);
+    fraction = std::pow(fraction_, static_cast<double>(step) / warmup_steps_);
   }
   return std::clamp<int64_t>(std::llround(fraction * n), 1, n);
 }
@@ -71,8 +75,8 @@ GradientEncoder::Chunk GradientEncoder::Encode(int32_t partition,
   const int64_t begin = p.offset + offset;
   const float* g = grads + begin;
   if (sparse()) {
-    Sparse& s = chunks_[first_chunk_[partition] + offset / chunk_elems_];
-    return EncodeSparse(s, begin, n, g, step, generation);
+    const int64_t chunk = first_chunk_[partition] + offset / chunk_elems_;
+    return EncodeSparse(chunks_[chunk], chunk, begin, n, g, step, generation);
   }
   if (encoding_ == WireEncoding::kFp32)
     return {reinterpret_cast<const char*>(g), static_cast<size_t>(n) * 4, {}};
@@ -89,8 +93,9 @@ GradientEncoder::Chunk GradientEncoder::Encode(int32_t partition,
   return {e, static_cast<size_t>(n) * width, {}};
 }
 
-GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t begin,
-                                                     int64_t n, const float* g,
+GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t chunk,
+                                                     int64_t begin, int64_t n,
+                                                     const float* g,
                                                      int64_t step,
                                                      int64_t generation) {
   const int width = ElementBytes(encoding_);
@@ -141,7 +146,15 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t begin,
     return done();
   }
   s.dense = false;
-  TopKPositions(r, n, Kept(n, step), &s.indices);
+  if (selection_ == Selection::kRandom) {
+    // The same positions for a step however often it is encoded (a
+    // redone step, another transport): a function of the seed, the step
+    // and the chunk only.
+    RandomKPositions(n, Kept(n, step), ChunkSeed(seed_, step, chunk),
+                     &s.indices);
+  } else {
+    TopKPositions(r, n, Kept(n, step), &s.indices);
+  }
   const int64_t k = static_cast<int64_t>(s.indices.size());
   thread_local std::vector<float> picked;
   picked.resize(k);

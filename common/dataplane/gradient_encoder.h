@@ -1,13 +1,18 @@
 // How a worker's gradient goes on the wire, chunk by chunk: in the job's
 // wire.gradients encoding (fp32 leaves from the gradient itself, no copy;
 // bf16/fp16 are narrowed into a buffer of the encoder's), and with
-// wire.topk sparsified with error feedback (Stich et al., "Sparsified SGD
-// with memory", 2018; Lin et al., "Deep Gradient Compression", 2018):
+// wire.topk or wire.randomk sparsified with error feedback (Stich et al.,
+// "Sparsified SGD with memory", 2018; Lin et al., "Deep Gradient
+// Compression", 2018):
 //
 //   a = g + r              the chunk's gradient plus what earlier steps
 //                          left out (r: the residual, 0 at first)
-//   send the k largest |a_i| (k = max(1, round(topk * n))), with their
-//                          positions in the chunk, ascending
+//   send k of the a_i (k = max(1, round(fraction * n))), with their
+//                          positions in the chunk, ascending: the k
+//                          largest |a_i| (top-k, topk.h), or k drawn
+//                          without looking at them (random-k, randomk.h:
+//                          one per stratum of n / k, from a seed of the
+//                          worker's, the step and the chunk)
 //   r = a - what was sent  (decoded: bf16's rounding error carries too)
 //
 // so that every gradient element reaches the shards eventually, delayed
@@ -24,11 +29,12 @@
 // uncompressed (the shard refuses it and names the worker), and its
 // residual restarts at 0.
 //
-// Memory: with topk, two floats per model element (the residual, and as
-// it was before the step; two more with momentum correction) plus each chunk's last encoding (~topk x 8 bytes
-// per element); without, a buffer of the encoded gradient when it is not
-// fp32, allocated at the first chunk encoded without a `room` (a worker
-// whose chunks all go into shared-memory slots never allocates it).
+// Memory: sparse, two floats per model element (the residual, and as it
+// was before the step; two more with momentum correction) plus each
+// chunk's last encoding (~fraction x 8 bytes per element); dense, a
+// buffer of the encoded gradient when it is not fp32, allocated at the
+// first chunk encoded without a `room` (a worker whose chunks all go into
+// shared-memory slots never allocates it).
 //
 // Thread safety: Encode may run for different chunks on different threads
 // at once (each channel stream sends its own partitions); one chunk is
@@ -50,25 +56,32 @@ namespace fulcrum {
 
 class GradientEncoder {
  public:
+  // How a sparse chunk's positions are chosen.
+  enum class Selection { kTopK, kRandom };
+
   // The chunks of `layout`'s partitions, cut every `chunk_elems` elements
-  // (ForEachChunk), sent in `encoding`; `topk` in (0, 1] sparsifies, 0
-  // sends them dense. `layout` is not owned and must outlive the encoder.
+  // (ForEachChunk), sent in `encoding`; `fraction` in (0, 1] sparsifies
+  // (by `selection`; kRandom draws from `seed`, which should differ
+  // between workers so that their positions do), 0 sends them dense. `layout` is not owned and must outlive the encoder.
   // With `warmup_steps` > 0 the fraction kept starts at 1 and falls
-  // geometrically to `topk` over that many steps (topk^(step / warmup):
+  // geometrically to `fraction` over that many steps (fraction^(step /
+  // warmup):
   // Deep Gradient Compression's sparsity warm-up). With `momentum` > 0
   // (sparse only) the momentum is the worker's (DGC's momentum
   // correction): u = momentum u + g, then a = u + r as above, and the
   // positions sent restart at 0 in u as in r (momentum factor masking:
   // measured here, 1.2-1.4x dense's steps to 0.88 at 1% against 1.4-1.8x
   // without it); the shards then apply plain SGD to the sum
-  // (MomentumOnWorkers). With masking, keeping everything (topk 1) is
+  // (MomentumOnWorkers). With masking, keeping everything (fraction 1) is
   // plain SGD, not momentum SGD: the masking is meant for sparse wires.
   GradientEncoder(const ParameterLayout* layout, int64_t chunk_elems,
-                  WireEncoding encoding, double topk = 0,
-                  int64_t warmup_steps = 0, float momentum = 0.0f);
+                  WireEncoding encoding, double fraction = 0,
+                  int64_t warmup_steps = 0, float momentum = 0.0f,
+                  Selection selection = Selection::kTopK, uint64_t seed = 0);
 
   WireEncoding encoding() const { return encoding_; }
-  bool sparse() const { return topk_ > 0; }
+  bool sparse() const { return fraction_ > 0; }
+  Selection selection() const { return selection_; }
   int64_t chunk_elems() const { return chunk_elems_; }
   // The bytes of the dense buffer allocated so far (0 until a chunk is
   // encoded without a room; tests: read on the thread that encoded).
@@ -113,15 +126,17 @@ class GradientEncoder {
     bool dense = false;
     int cur = 0;  // residual_[cur] (velocity_[cur]) is the newest state
   };
-  Chunk EncodeSparse(Sparse& s, int64_t begin, int64_t n, const float* g,
-                     int64_t step, int64_t generation);
+  Chunk EncodeSparse(Sparse& s, int64_t chunk, int64_t begin, int64_t n,
+                     const float* g, int64_t step, int64_t generation);
 
   const ParameterLayout* const layout_;
   const int64_t chunk_elems_;
   const WireEncoding encoding_;
-  const double topk_;
+  const double fraction_;
   const int64_t warmup_steps_;
   const float momentum_;
+  const Selection selection_;
+  const uint64_t seed_;
   // Dense, not fp32: chunks encoded without a room, by flat element;
   // allocated once, at the first (Encode runs on several threads).
   absl::once_flag encoded_once_;

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "common/dataplane/randomk.h"
 #include "gtest/gtest.h"
 
 namespace fulcrum {
@@ -124,11 +125,13 @@ TEST(GradientEncoderTest, MomentumCorrectionKeepsTheVelocityOnTheWorker) {
 
 // Nothing is lost: over many steps, what was sent plus what is left equals
 // the sum of the gradients, element by element (fp32 and bf16, whose
-// rounding error carries in the residual).
+// rounding error carries in the residual; top-k and random-k).
 TEST(GradientEncoderTest, SentPlusResidualIsTheSumOfTheGradients) {
   const ParameterLayout layout = Layout();
+  for (auto sel : {GradientEncoder::Selection::kTopK,
+                   GradientEncoder::Selection::kRandom})
   for (WireEncoding e : {WireEncoding::kFp32, WireEncoding::kBf16}) {
-    GradientEncoder enc(&layout, 4, e, 0.3);
+    GradientEncoder enc(&layout, 4, e, 0.3, 0, 0.0f, sel, 11);
     std::mt19937 rng(7);
     std::normal_distribution<float> normal;
     std::vector<double> sum(17, 0.0), sent(17, 0.0);
@@ -156,9 +159,46 @@ TEST(GradientEncoderTest, SentPlusResidualIsTheSumOfTheGradients) {
     }
     for (int i = 0; i < 17; ++i) {
       EXPECT_NEAR(sent[i] + enc.residual()[i], sum[i], 1e-4)
-          << EncodingName(e) << " element " << i;
+          << EncodingName(e) << " element " << i << " selection "
+          << static_cast<int>(sel);
     }
   }
+}
+
+// Random-k: the positions are the seed's draw for (step, chunk), whatever
+// the values (a zero is sent as readily as the largest), and the values
+// sent are the gradient plus the residual there.
+TEST(GradientEncoderTest, RandomKDrawsPositionsFromTheSeed) {
+  const ParameterLayout layout =
+      *ParameterLayout::ForTensors({{"t", {2000}}}, 1, 1 << 20);
+  const auto kRandom = GradientEncoder::Selection::kRandom;
+  GradientEncoder enc(&layout, 1000, WireEncoding::kFp32, 0.01, 0, 0.0f,
+                      kRandom, 5);
+  GradientEncoder other(&layout, 1000, WireEncoding::kFp32, 0.01, 0, 0.0f,
+                        kRandom, 6);
+  std::vector<float> g(2000), zero(2000, 0.0f);
+  for (int i = 0; i < 2000; ++i) g[i] = static_cast<float>(i);
+  // Chunk 1 (the second 1,000 elements) at step 3.
+  const GradientEncoder::Chunk c = enc.Encode(0, 1000, 1000, g.data(), 3, 1);
+  std::vector<uint32_t> want;
+  RandomKPositions(1000, 10, ChunkSeed(5, 3, 1), &want);
+  EXPECT_EQ(Indices(c), want);
+  std::vector<float> values;
+  for (uint32_t i : want) values.push_back(1000.0f + i);
+  EXPECT_EQ(Values(c, WireEncoding::kFp32), values);
+  EXPECT_EQ(enc.residual()[1000 + want[0]], 0.0f);
+  const uint32_t kept = want[0] == 0 ? 1 : 0;
+  EXPECT_EQ(enc.residual()[1000 + kept], 1000.0f + kept);
+  // Not the values' choice: an all-zero gradient draws the same positions
+  // (another encoder, the same seed), and another seed draws others.
+  GradientEncoder same(&layout, 1000, WireEncoding::kFp32, 0.01, 0, 0.0f,
+                       kRandom, 5);
+  EXPECT_EQ(Indices(same.Encode(0, 1000, 1000, zero.data(), 3, 1)), want);
+  EXPECT_NE(Indices(other.Encode(0, 1000, 1000, g.data(), 3, 1)), want);
+  // Another step draws again; redoing step 3 in generation 2 draws step
+  // 3's positions again.
+  EXPECT_NE(Indices(enc.Encode(0, 1000, 1000, g.data(), 4, 1)), want);
+  EXPECT_EQ(Indices(same.Encode(0, 1000, 1000, g.data(), 3, 2)), want);
 }
 
 // A channel that sends a chunk again (a reconnect) gets the same bytes and
