@@ -2,11 +2,12 @@
 // positions of the k largest magnitudes of a run of floats, exactly, in
 // about one pass. A strided random sample of 1,024 elements guesses a
 // threshold safely below the k-th largest magnitude (the sample's
-// 2 x expected-count-th largest, plus slack); one pass collects the
-// elements at or above it (about 2k of them), and the exact selection
-// runs among those. When the guess was too high (fewer than k collected)
-// the selection runs among all n - the same answer, slower. Small runs
-// (n < 8,192) and large k (k > n / 16) select among all directly.
+// (expected count + 4 standard deviations + slack)-th largest); one pass
+// collects the elements at or above it (1.2-2.5 k of them, fewer the
+// larger k), and the exact selection runs among those. When the guess was
+// too high (fewer than k collected) the selection runs among all n - the
+// same answer, slower. Small runs (n < 8,192) and large k (k > n / 2)
+// select among all directly.
 //
 // Thread safety: a pure function (it uses thread-local scratch).
 #ifndef FULCRUM_COMMON_DATAPLANE_TOPK_H_

@@ -32,7 +32,7 @@ TEST(TopKTest, EqualsTheDefinition) {
   std::mt19937 rng(11);
   std::vector<uint32_t> got;
   for (int64_t n : {1, 7, 100, 5000, 8192, 16384, 100000, 262144}) {
-    for (double fraction : {0.0, 0.001, 0.01, 0.1, 0.5, 1.0}) {
+    for (double fraction : {0.0, 0.001, 0.01, 0.1, 0.25, 0.5, 0.6, 1.0}) {
       const int64_t k =
           std::clamp<int64_t>(std::llround(fraction * n), 1, n);
       for (int kind = 0; kind < 3; ++kind) {
