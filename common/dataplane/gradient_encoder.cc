@@ -118,24 +118,32 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t chunk,
   const float* r0 = residual_[from].data() + begin;
   float* r = residual_[to].data() + begin;
   float* u = nullptr;
-  // a = r + g (with momentum: u = momentum u + g, a = r + u) into r.
+  // a = r + g (with momentum: u = momentum u + g, a = r + u) into r, and
+  // in the same pass whether any is NaN or infinite: an exponent of all
+  // ones (an integer OR: it vectorizes, a float reduction would not).
+  uint32_t special = 0;
+  const auto non_finite = [](float x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  };
   if (momentum_ > 0) {
     const float* u0 = velocity_[from].data() + begin;
     u = velocity_[to].data() + begin;
+    const float momentum = momentum_;
     for (int64_t i = 0; i < n; ++i) {
-      u[i] = momentum_ * u0[i] + g[i];
-      r[i] = r0[i] + u[i];
+      const float v = momentum * u0[i] + g[i];
+      const float a = r0[i] + v;
+      u[i] = v;
+      r[i] = a;
+      special |= non_finite(a);
     }
   } else {
-    for (int64_t i = 0; i < n; ++i) r[i] = r0[i] + g[i];
-  }
-  // NaN or infinity anywhere: an exponent of all ones (integer OR: it
-  // vectorizes, a float reduction would not).
-  uint32_t special = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &r[i], sizeof(bits));
-    special |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = r0[i] + g[i];
+      r[i] = a;
+      special |= non_finite(a);
+    }
   }
   if (special != 0) {  // sent whole: the shard refuses it and names the worker
     s.dense = true;
