@@ -37,6 +37,8 @@ v1::JobSpec Spec(int batch, int shards,
   // The top-k tests compare with the shard's momentum (bit for bit at
   // topk 1); momentum correction is job_shard_test's and the bench's.
   spec.mutable_wire()->set_momentum_correction(false);
+  // Every chunk sparse (these chunks are 1 KiB, below the 16 KiB default).
+  spec.mutable_wire()->set_sparse_min_bytes(0);
   spec.set_name("equivalence");
   spec.mutable_model()->set_type("mlp");
   for (int n : {144, 32, 16, 4}) spec.mutable_model()->add_layers(n);

@@ -62,7 +62,12 @@ WorkerSession::WorkerSession(Options options, Assignment first,
           assignment_.spec.wire().randomk() > 0
               ? GradientEncoder::Selection::kRandom
               : GradientEncoder::Selection::kTopK,
-          RandomKSeed(assignment_.spec.seed(), options_.worker_id))) {}
+          RandomKSeed(assignment_.spec.seed(), options_.worker_id),
+          // Set at submission (ApplyDefaults); 16 KiB as there if not.
+          (assignment_.spec.wire().has_sparse_min_bytes()
+               ? assignment_.spec.wire().sparse_min_bytes()
+               : 16384) /
+              4)) {}
 
 WorkerSession::~WorkerSession() {
   if (channel_ != nullptr) {

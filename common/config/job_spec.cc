@@ -161,6 +161,9 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"momentum_correction",
        Scalar<bool>("true or false",
                     [wi](bool v) { wi->set_momentum_correction(v); })},
+      {"sparse_min_bytes",
+       Scalar<int64_t>("an integer",
+                       [wi](int64_t v) { wi->set_sparse_min_bytes(v); })},
       {"topk_warmup_steps",
        Scalar<int64_t>("an integer",
                        [wi](int64_t v) { wi->set_topk_warmup_steps(v); })},
@@ -516,6 +519,8 @@ void ApplyDefaults(JobSpec* spec) {
     spec->mutable_workers()->set_max(spec->workers().min());
   }
   if (!spec->has_shards()) spec->set_shards(1);
+  if (!spec->wire().has_sparse_min_bytes())
+    spec->mutable_wire()->set_sparse_min_bytes(16384);
   if (!spec->has_partition_bytes())
     spec->set_partition_bytes(kDefaultPartitionBytes);
   if (!spec->has_chunk_bytes()) spec->set_chunk_bytes(kDefaultChunkBytes);
@@ -667,6 +672,12 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.wire().topk() > 0 && spec.wire().randomk() > 0) {
     return Bad("wire.randomk",
                "cannot be combined with wire.topk (one sparsifier a job)");
+  }
+  if (spec.wire().sparse_min_bytes() < 0 ||
+      spec.wire().sparse_min_bytes() > (int64_t{1} << 30)) {
+    return Bad("wire.sparse_min_bytes",
+               absl::StrCat("must be in [0, 1073741824]",
+                            got(spec.wire().sparse_min_bytes())));
   }
   if (spec.wire().topk_warmup_steps() < 0) {
     return Bad("wire.topk_warmup_steps",

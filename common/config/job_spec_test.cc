@@ -70,6 +70,7 @@ TEST(JobSpecTest, WireEncodings) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_DOUBLE_EQ(spec->wire().topk(), 0.01);
   EXPECT_EQ(spec->wire().topk_warmup_steps(), 500);
+  EXPECT_EQ(spec->wire().sparse_min_bytes(), 16384);  // the default
   EXPECT_FALSE(PreReduce(*spec));  // off unless asked
   auto pre_reduced =
       ParseJobSpec(std::string(kValid) + "wire: {pre_reduce: true}\n");
@@ -255,6 +256,8 @@ TEST(JobSpecTest, ErrorsNameTheField) {
        "wire.pre_reduce cannot be combined with wire.topk"},
       {"wire: {pre_reduce: often}", "wire.pre_reduce"},
       {"wire: {randomk: 2}", "wire.randomk must be in (0, 1]"},
+      {"wire: {topk: 0.01, sparse_min_bytes: -4}",
+       "wire.sparse_min_bytes must be in [0, 1073741824], got -4"},
       {"wire: {randomk: some}", "wire.randomk"},
       {"wire: {randomk: 0.01, topk: 0.01}",
        "wire.randomk cannot be combined with wire.topk"},

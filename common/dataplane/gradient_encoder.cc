@@ -13,7 +13,7 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
                                  int64_t chunk_elems, WireEncoding encoding,
                                  double fraction, int64_t warmup_steps,
                                  float momentum, Selection selection,
-                                 uint64_t seed)
+                                 uint64_t seed, int64_t whole_below)
     : layout_(layout),
       chunk_elems_(std::max<int64_t>(1, chunk_elems)),
       encoding_(encoding),
@@ -21,7 +21,8 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
       warmup_steps_(std::max<int64_t>(0, warmup_steps)),
       momentum_(fraction > 0 ? momentum : 0.0f),
       selection_(selection),
-      seed_(seed) {
+      seed_(seed),
+      whole_below_(std::max<int64_t>(0, whole_below)) {
   const int64_t total = layout_->total_size();
   if (!sparse()) return;  // encoded_: at its first use
   for (const Partition& p : layout_->partitions()) {
@@ -29,7 +30,7 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
     for (int64_t at = 0; at < p.size; at += chunk_elems_) {
       // The most a step keeps (all of it, while warming up).
       const int64_t n = std::min(chunk_elems_, p.size - at);
-      const int64_t k = warmup_steps_ > 0 ? n : Kept(n, 0);
+      const int64_t k = warmup_steps_ > 0 || n < whole_below_ ? n : Kept(n, 0);
       chunks_.emplace_back();
       chunks_.back().indices.reserve(k);
       chunks_.back().values.resize(k * ElementBytes(encoding_));
@@ -154,7 +155,11 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t chunk,
     return done();
   }
   s.dense = false;
-  if (selection_ == Selection::kRandom) {
+  const bool whole = n < whole_below_;
+  if (whole) {  // every position: a small chunk goes whole
+    s.indices.resize(n);
+    for (int64_t i = 0; i < n; ++i) s.indices[i] = static_cast<uint32_t>(i);
+  } else if (selection_ == Selection::kRandom) {
     // The same positions for a step however often it is encoded (a
     // redone step, another transport): a function of the seed, the step
     // and the chunk only.
@@ -172,7 +177,7 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t chunk,
   // stays in it.
   DecodeRun(encoding_, s.values.data(), k, picked.data());
   for (int64_t j = 0; j < k; ++j) r[s.indices[j]] -= picked[j];
-  if (u != nullptr) {  // momentum factor masking
+  if (u != nullptr && !whole) {  // momentum factor masking
     for (const uint32_t i : s.indices) u[i] = 0.0f;
   }
   return done();

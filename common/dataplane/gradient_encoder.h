@@ -74,10 +74,15 @@ class GradientEncoder {
   // without it); the shards then apply plain SGD to the sum
   // (MomentumOnWorkers). With masking, keeping everything (fraction 1) is
   // plain SGD, not momentum SGD: the masking is meant for sparse wires.
+  // A sparse encoder's chunk of fewer than `whole_below` elements is sent
+  // whole every step (all its positions) and keeps its momentum (no
+  // masking: with the shards' plain SGD that is momentum SGD there, as on
+  // a dense wire) - wire.sparse_min_bytes.
   GradientEncoder(const ParameterLayout* layout, int64_t chunk_elems,
                   WireEncoding encoding, double fraction = 0,
                   int64_t warmup_steps = 0, float momentum = 0.0f,
-                  Selection selection = Selection::kTopK, uint64_t seed = 0);
+                  Selection selection = Selection::kTopK, uint64_t seed = 0,
+                  int64_t whole_below = 0);
 
   WireEncoding encoding() const { return encoding_; }
   bool sparse() const { return fraction_ > 0; }
@@ -137,6 +142,7 @@ class GradientEncoder {
   const float momentum_;
   const Selection selection_;
   const uint64_t seed_;
+  const int64_t whole_below_;
   // Dense, not fp32: chunks encoded without a room, by flat element;
   // allocated once, at the first (Encode runs on several threads).
   absl::once_flag encoded_once_;

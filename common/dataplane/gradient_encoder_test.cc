@@ -201,6 +201,30 @@ TEST(GradientEncoderTest, RandomKDrawsPositionsFromTheSeed) {
   EXPECT_EQ(Indices(same.Encode(0, 1000, 1000, g.data(), 3, 2)), want);
 }
 
+// wire.sparse_min_bytes: a chunk below `whole_below` elements goes whole
+// (every position) and keeps its velocity - momentum SGD there; larger
+// chunks are sparsified and masked as before.
+TEST(GradientEncoderTest, SmallChunksGoWholeAndKeepTheirMomentum) {
+  const ParameterLayout layout = Layout();  // chunks of 4, 4, 4, 4 and 1
+  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.25, 0, 0.5f,
+                      GradientEncoder::Selection::kTopK, 0, /*whole_below=*/2);
+  std::vector<float> g(17, 0.0f);
+  g[0] = 4.0f, g[16] = 2.0f;
+  // The 1-element chunk (below 2) and a 4-element one (k = 1).
+  EXPECT_EQ(Indices(enc.Encode(0, 16, 1, g.data(), 0, 1)),
+            (std::vector<uint32_t>{0}));
+  EXPECT_EQ(Indices(enc.Encode(0, 0, 4, g.data(), 0, 1)),
+            (std::vector<uint32_t>{0}));
+  // Step 1, g = 0: the whole chunk sends its velocity 0.5 * 2 (momentum
+  // SGD); the masked one's velocity restarted at 0, so it sends 0.
+  std::fill(g.begin(), g.end(), 0.0f);
+  EXPECT_EQ(Values(enc.Encode(0, 16, 1, g.data(), 1, 1), WireEncoding::kFp32),
+            (std::vector<float>{1.0f}));
+  EXPECT_EQ(Values(enc.Encode(0, 0, 4, g.data(), 1, 1), WireEncoding::kFp32),
+            (std::vector<float>{0.0f}));
+  EXPECT_EQ(enc.residual()[16], 0.0f) << "a whole chunk leaves nothing";
+}
+
 // A channel that sends a chunk again (a reconnect) gets the same bytes and
 // the residual moves once; a step redone in a newer generation starts from
 // the residual as it was before the step, as if the first attempt had
