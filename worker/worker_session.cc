@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config/job_spec.h"
+#include "common/hash/hash.h"
 #include "common/status/status_macros.h"
 #include "worker/group_channel.h"
 
@@ -14,9 +15,7 @@ namespace {
 // that workers draw different positions and one worker the same ones in
 // every generation and on every transport.
 uint64_t RandomKSeed(uint64_t job_seed, const std::string& worker_id) {
-  uint64_t h = 0xcbf29ce484222325ull ^ job_seed;
-  for (const unsigned char c : worker_id) h = (h ^ c) * 0x100000001b3ull;
-  return h;
+  return Fnv1a64(worker_id, 0xcbf29ce484222325ULL ^ job_seed);
 }
 
 }  // namespace

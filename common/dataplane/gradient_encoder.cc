@@ -30,9 +30,14 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
     for (int64_t at = 0; at < p.size; at += chunk_elems_) {
       // The most a step keeps (all of it, while warming up).
       const int64_t n = std::min(chunk_elems_, p.size - at);
-      const int64_t k = warmup_steps_ > 0 || n < whole_below_ ? n : Kept(n, 0);
+      const bool whole = n < whole_below_;
+      const int64_t k = warmup_steps_ > 0 || whole ? n : Kept(n, 0);
       chunks_.emplace_back();
       chunks_.back().indices.reserve(k);
+      if (whole) {  // every position, every step: set once
+        for (int64_t i = 0; i < n; ++i)
+          chunks_.back().indices.push_back(static_cast<uint32_t>(i));
+      }
       chunks_.back().values.resize(k * ElementBytes(encoding_));
     }
   }
@@ -156,16 +161,14 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t chunk,
   }
   s.dense = false;
   const bool whole = n < whole_below_;
-  if (whole) {  // every position: a small chunk goes whole
-    s.indices.resize(n);
-    for (int64_t i = 0; i < n; ++i) s.indices[i] = static_cast<uint32_t>(i);
-  } else if (selection_ == Selection::kRandom) {
+  // A whole chunk's positions are all of them, set at construction.
+  if (!whole && selection_ == Selection::kRandom) {
     // The same positions for a step however often it is encoded (a
     // redone step, another transport): a function of the seed, the step
     // and the chunk only.
     RandomKPositions(n, Kept(n, step), ChunkSeed(seed_, step, chunk),
                      &s.indices);
-  } else {
+  } else if (!whole) {
     TopKPositions(r, n, Kept(n, step), &s.indices);
   }
   const int64_t k = static_cast<int64_t>(s.indices.size());

@@ -7,22 +7,14 @@
 
 #include <cstdint>
 
+#include "common/hash/hash.h"
+
 namespace fulcrum {
 
-// A 64-bit mixing function (SplitMix64's finalizer): every input bit
-// affects every output bit, so ids that differ only in their low or high
-// bits (hashed features, sequential user ids) spread evenly.
-inline uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 // The shard in [0, num_shards) holding row `id` of any table (a row's
-// place does not depend on its table). REQUIRES: num_shards >= 1.
+// place does not depend on its table). Mix64 spreads ids that differ only
+// in their low or high bits (hashed features, sequential user ids) evenly.
+// REQUIRES: num_shards >= 1.
 inline int ShardOfRow(uint64_t id, int num_shards) {
   const uint64_t h = Mix64(id ^ 0x6a09e667f3bcc909ULL);
   return static_cast<int>(

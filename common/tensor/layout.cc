@@ -4,17 +4,13 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash/hash.h"
 #include "common/status/status_macros.h"
 
 namespace fulcrum {
 namespace {
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+uint64_t SplitMix64(uint64_t x) { return Mix64(x + kGoldenGamma); }
 
 }  // namespace
 

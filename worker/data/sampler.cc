@@ -3,22 +3,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/hash/hash.h"
+
 namespace fulcrum {
 namespace {
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // Uniform in [0, bound) without modulo bias (Lemire's method with rejection).
 uint64_t Below(uint64_t bound, uint64_t* state) {
   const uint64_t threshold = (0 - bound) % bound;
   for (;;) {
     const unsigned __int128 m =
-        static_cast<unsigned __int128>(SplitMix64(state)) * bound;
+        static_cast<unsigned __int128>(SplitMix64Next(state)) * bound;
     if (static_cast<uint64_t>(m) >= threshold)
       return static_cast<uint64_t>(m >> 64);
   }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/embedding/placement.h"
+#include "common/hash/hash.h"
 
 namespace fulcrum {
 namespace {
@@ -13,11 +14,7 @@ float Unit(uint64_t bits) {
   return (static_cast<float>(bits >> 40) + 0.5f) * (1.0f / 16777216.0f);
 }
 
-uint64_t StringHash(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then mixed
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return Mix64(h);
-}
+uint64_t StringHash(const std::string& s) { return Mix64(Fnv1a64(s)); }
 
 }  // namespace
 
