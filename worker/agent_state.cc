@@ -80,7 +80,13 @@ bool AgentState::OnAnswer(const v1::WorkerAssignment& a) {
 
 void AgentState::OnForgotten() {
   if (phase_ == Phase::kTraining) phase_ = Phase::kLeaving;
-  forgotten_ = true;
+  if (phase_ == Phase::kLeaving) {
+    forgotten_ = true;  // Finished() forgets the job it winds down
+    return;
+  }
+  // Forgotten after its training ended (the job refused it first): the
+  // new member it registers as has ended no part in any job either.
+  finished_job_.clear();
 }
 
 std::optional<AgentState::Work> AgentState::Take() {

@@ -158,6 +158,22 @@ TEST(AgentStateTest, AFailedPreparationAndAnOfferOfAFinishedJobAreDeclined) {
   EXPECT_NE(again.prepare_error().find("already ended"), std::string::npos);
 }
 
+// The job refused the paused worker (its training ended) before the
+// heartbeat said the coordinator forgot it: registered again under a new
+// id, it may still be offered a place in that job.
+TEST(AgentStateTest, ForgottenAfterItsTrainingEndedItMayRejoinTheJob) {
+  AgentState s;
+  s.OnAnswer(Running("job-7", 1));
+  s.Take();
+  s.Finished();  // "not a member of job-7"
+  s.OnForgotten();
+  s.OnAnswer(Offer("job-7"));
+  EXPECT_EQ(s.phase(), Phase::kOffered);
+  auto work = s.Take();
+  ASSERT_TRUE(work.has_value());
+  EXPECT_EQ(work->kind, Kind::kPrepare);
+}
+
 TEST(AgentStateTest, AnAssignmentDuringTrainingWaitsForTheLoop) {
   AgentState s;
   s.OnAnswer(Running("job-5", 1));
