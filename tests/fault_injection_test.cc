@@ -443,8 +443,14 @@ class ShardFaultTest : public FaultTest {
   // that checkpoint, restarts the shard, and checks the recovery.
   // `consistency`: extra job spec lines; `ahead`: how many steps the job's
   // step may run ahead of the newest complete checkpoint's beyond
-  // every_steps (ssp: a worker may be `staleness` clocks ahead of the
-  // slowest, whose clock names the checkpoint).
+  // 2 x every_steps (ssp: a worker may be `staleness` clocks ahead of the
+  // slowest, whose clock names the checkpoint). Two intervals, not one: a
+  // shard writes checkpoint N off the hot path while training goes on,
+  // and only a push of step N + every waits for N's file (JobShard::Push's
+  // back-pressure) - killed while N + every's file is on its way to disk,
+  // a shard has N. With one interval this test failed once (58 steps past
+  // a checkpoint where 53 were allowed: the kill came 8 steps after a
+  // checkpoint that was still being written).
   void Run(const std::string& name, bool corrupt,
            const std::string& consistency = "", int ahead = 0) {
     ProcessCluster c(name, {.shards = 2,
@@ -519,8 +525,8 @@ class ShardFaultTest : public FaultTest {
       EXPECT_EQ(Count(s, "checkpoint_rejected"), 1) << s.DebugString();
     } else {
       EXPECT_EQ(restored, newest) << s.DebugString();
-      EXPECT_LE(reached - restored, every + ahead)
-          << "recomputed more than every_steps\n" << s.DebugString();
+      EXPECT_LE(reached - restored, 2 * every + ahead)
+          << "recomputed more than 2 x every_steps\n" << s.DebugString();
     }
     ExpectFinishedExactlyOnce(c, job, epochs);
   }

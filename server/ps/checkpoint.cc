@@ -219,6 +219,31 @@ void CheckpointWriter::EnqueueLocked(CheckpointFile file) {
     overflowed_.push_back(ready_.front().step);
     ready_.pop_front();
   }
+  NotePendingLocked();
+}
+
+void CheckpointWriter::NotePendingLocked() {
+  int64_t oldest = INT64_MAX;
+  if (writing_ > given_up_through_) oldest = writing_;
+  for (const CheckpointFile& f : ready_)
+    if (f.step > given_up_through_) oldest = std::min(oldest, f.step);
+  oldest_pending_.store(oldest, std::memory_order_release);
+}
+
+bool CheckpointWriter::AwaitFilesThrough(int64_t step, absl::Duration limit) {
+  if (oldest_pending_.load(std::memory_order_acquire) > step) return true;
+  const absl::Time deadline = absl::Now() + limit;
+  absl::MutexLock lock(&mu_);
+  while (oldest_pending_.load(std::memory_order_relaxed) <= step) {
+    if (changed_.WaitWithDeadline(&mu_, deadline) &&
+        oldest_pending_.load(std::memory_order_relaxed) <= step) {
+      given_up_through_ = std::max(given_up_through_, step);
+      NotePendingLocked();
+      changed_.SignalAll();  // the others waiting for these files go on
+      return false;
+    }
+  }
+  return true;
 }
 
 void CheckpointWriter::DropAfter(int64_t step) {
@@ -239,6 +264,8 @@ void CheckpointWriter::DropAfter(int64_t step) {
     }
   }
   if (writing_ > step) writing_ = -1;
+  NotePendingLocked();
+  changed_.SignalAll();
   last_written_ = -1;
   for (int64_t s : ListCheckpointSteps(env, options_.dir, options_.job_id,
                                        options_.shard))
@@ -267,6 +294,7 @@ void CheckpointWriter::Run() {
       ready_.pop_front();
       writing_ = file.step;
       busy_ = true;
+      NotePendingLocked();
       overflowed.swap(overflowed_);
     }
     for (int64_t step : overflowed) {
@@ -314,6 +342,7 @@ void CheckpointWriter::Run() {
       absl::MutexLock lock(&mu_);
       dropped = writing_ < 0;  // DropAfter ran while it was being written
       writing_ = -1;
+      NotePendingLocked();
       if (dropped && s.ok()) env->RemoveFile(path).IgnoreError();
       if (!dropped && s.ok()) last_written_ = std::max(last_written_, file.step);
     }

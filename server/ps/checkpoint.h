@@ -10,6 +10,7 @@
 #ifndef FULCRUM_SERVER_PS_CHECKPOINT_H_
 #define FULCRUM_SERVER_PS_CHECKPOINT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -22,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/env/env.h"
 
 namespace fulcrum {
@@ -125,6 +127,14 @@ class CheckpointWriter {
   void DropAfter(int64_t step);
   // Blocks until every complete step added so far is written (or failed).
   void Flush();
+  // Blocks while a complete file of a step <= `step` waits for the disk
+  // or is being written, at most `limit`. True once none does (written,
+  // failed, dropped or rolled back: an attempt that failed is not waited
+  // for again); false if `limit` passed first - and then those files are
+  // not waited for again either (the caller that saw false says so; a
+  // disk stalled longer than `limit` throttles each file once, not every
+  // push). One atomic load when no file that old is pending.
+  bool AwaitFilesThrough(int64_t step, absl::Duration limit);
   const Options& options() const { return options_; }
   int64_t last_written() const;  // -1 before the first successful write
 
@@ -138,11 +148,18 @@ class CheckpointWriter {
   std::deque<CheckpointFile> ready_ ABSL_GUARDED_BY(mu_);
   // Queues a complete file, dropping the oldest waiting past kMaxQueued.
   void EnqueueLocked(CheckpointFile file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets oldest_pending_ from ready_, writing_ and awaited_after_.
+  void NotePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int64_t> overflowed_ ABSL_GUARDED_BY(mu_);  // to report
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_written_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t writing_ ABSL_GUARDED_BY(mu_) = -1;  // step being written, if any
   bool busy_ ABSL_GUARDED_BY(mu_) = false;     // a file is being written
+  // Files of steps <= this are not waited for (AwaitFilesThrough gave up).
+  int64_t given_up_through_ ABSL_GUARDED_BY(mu_) = -1;
+  // The oldest step past given_up_through_ queued or being written
+  // (INT64_MAX: none); written under mu_, read without it.
+  std::atomic<int64_t> oldest_pending_{INT64_MAX};
   std::thread thread_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -270,6 +271,59 @@ TEST(CheckpointWriterTest, TheQueueOfWaitingFilesIsBounded) {
                       {7, absl::StatusCode::kOk}}));
   EXPECT_EQ(ListCheckpointSteps(Env::Default(), dir, "job-4", 0),
             (std::vector<int64_t>{1, 4, 5, 6, 7}));
+}
+
+// Back-pressure (AwaitFilesThrough): while step 4's file is being written
+// a wait through step 3 returns at once, one through step 4 blocks until
+// the file is on disk; a wait that outlives its limit says so (false) and
+// that file is not waited for again - a stalled disk throttles it once.
+TEST(CheckpointWriterTest, AwaitFilesThroughWaitsForTheFileOnItsWayToDisk) {
+  const std::string dir = Dir("await");
+  absl::Notification writing4, release4, writing6, release6;
+  CheckpointWriter::Options options{dir, "job-5", 0, 1, 10, nullptr};
+  options.more = [&](int64_t step) {
+    if (step == 4) {
+      writing4.Notify();
+      release4.WaitForNotification();
+    }
+    if (step == 6) {
+      writing6.Notify();
+      release6.WaitForNotification();
+    }
+    return CheckpointWriter::Options::More{};
+  };
+  CheckpointWriter writer(options);
+  EXPECT_TRUE(writer.AwaitFilesThrough(100, absl::ZeroDuration()));  // none
+  writer.Add(4, 0, "x");
+  writing4.WaitForNotification();
+  EXPECT_TRUE(writer.AwaitFilesThrough(3, absl::Seconds(30)));
+  absl::Notification waited;
+  bool result = false;
+  std::thread waiter([&] {
+    result = writer.AwaitFilesThrough(4, absl::Seconds(60));
+    waited.Notify();
+  });
+  EXPECT_FALSE(waited.WaitForNotificationWithTimeout(absl::Milliseconds(100)))
+      << "returned while step 4's file was still being written";
+  release4.Notify();
+  waiter.join();
+  EXPECT_TRUE(result);
+  EXPECT_EQ(writer.last_written(), 4);  // on disk when the wait ended
+
+  writer.Add(6, 0, "y");
+  writing6.WaitForNotification();
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(writer.AwaitFilesThrough(6, absl::Milliseconds(50)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  // Given up: step 6's file is not waited for again, a newer one is.
+  EXPECT_TRUE(writer.AwaitFilesThrough(6, absl::Seconds(30)));
+  writer.Add(8, 0, "z");
+  EXPECT_FALSE(writer.AwaitFilesThrough(8, absl::Milliseconds(10)));
+  release6.Notify();
+  writer.Flush();
+  EXPECT_TRUE(writer.AwaitFilesThrough(100, absl::ZeroDuration()));
+  EXPECT_EQ(ListCheckpointSteps(Env::Default(), dir, "job-5", 0),
+            (std::vector<int64_t>{4, 6, 8}));
 }
 
 }  // namespace

@@ -235,6 +235,7 @@ absl::StatusOr<PushOutcome> JobShard::Push(absl::Span<const int> members,
   }
   PushChunk chunk = c;
   RETURN_IF_ERROR(ValidatePush(p->meta, chunk_elems_, c, &chunk.largest));
+  AwaitCheckpointsBehind(c.step);
   absl::StatusOr<PushOutcome> outcome;
   std::optional<PartitionState::Rejected> refused;
   {
@@ -257,6 +258,20 @@ absl::StatusOr<PushOutcome> JobShard::Push(absl::Span<const int> members,
     if (clock_moved && mode_ != Mode::kSync) MaybeCheckpointByClock();
   }
   return outcome;
+}
+
+void JobShard::AwaitCheckpointsBehind(int64_t step) {
+  if (checkpointer_ == nullptr) return;
+  const int64_t every = init_.spec.checkpoint().every_steps();
+  if (step - every < every) return;  // no file that old
+  if (checkpointer_->AwaitFilesThrough(step - every, kCheckpointWaitLimit))
+    return;
+  std::cerr << "fulcrum-server: job " << init_.job_id << " shard "
+            << init_.shard_index << ": a checkpoint of step <= "
+            << step - every << " is not on disk after "
+            << kCheckpointWaitLimit << "; step " << step
+            << " goes on without it (until it is, a crash costs more than "
+               "2 x checkpoint.every_steps)\n";
 }
 
 void JobShard::MaybeCheckpointByClock() {

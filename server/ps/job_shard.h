@@ -129,7 +129,11 @@ class JobShard {
   // chunk.shares are for, in that order) of chunk.generation. Repeats are
   // acknowledged and never applied twice. A rejected push (INVALID_ARGUMENT,
   // FAILED_PRECONDITION, ABORTED for an older generation or an ended job)
-  // changes nothing.
+  // changes nothing. With checkpoints every K steps, a push of step t first
+  // waits (at most kCheckpointWaitLimit) while this shard's file of a step
+  // <= t - K is still on its way to disk: a crash costs at most 2K steps
+  // (ssp: plus the staleness) however slow the disk.
+  static constexpr absl::Duration kCheckpointWaitLimit = absl::Seconds(10);
   absl::StatusOr<PushOutcome> Push(absl::Span<const int> members,
                                    const PushChunk& chunk);
   absl::StatusOr<PushOutcome> Push(int member, const PushChunk& chunk) {
@@ -327,6 +331,8 @@ class JobShard {
   // reached N (clock_checkpoint_).
   bool rows_only_ = false;
   void MaybeCheckpointRows();
+  // Push's back-pressure: waits for the files of steps <= step - K.
+  void AwaitCheckpointsBehind(int64_t step);
   std::unique_ptr<CheckpointWriter> checkpointer_;
   // After checkpointer_: destroyed first, it points to it.
   std::unique_ptr<Aggregator> aggregator_;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/config/job_spec.h"
 #include "gtest/gtest.h"
 #include "common/testing/fault_injection_env.h"
@@ -359,6 +360,55 @@ TEST(ShardCoreTest, WritesCheckpointsEveryKStepsThatRestore) {
   EXPECT_EQ(ReadAll(**restored), ReadAll(**replay));
 }
 
+
+// A disk that holds step 2's file at its rename: the shard (every_steps 2)
+// goes on through steps 2 and 3 - one file in flight while training
+// crosses the next checkpoint step - but a push of step 4 waits until the
+// file of step 2 is on disk, so a crash never costs more than two
+// intervals however slow the disk (JobShard::Push's back-pressure).
+class RenameStallingEnv : public testing::FaultInjectionEnv {
+ public:
+  absl::Status RenameFile(const std::string& from,
+                          const std::string& to) override {
+    if (to.find("/step-2/") != std::string::npos) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+    return FaultInjectionEnv::RenameFile(from, to);
+  }
+  absl::Notification entered, release;
+};
+
+TEST(ShardCoreTest, APushTwoIntervalsPastAnUnwrittenCheckpointWaitsForIt) {
+  const std::string dir = TestDir("shard_ckpt_backpressure");
+  RenameStallingEnv env;
+  JobInit init = TinyJob({"a"}, "momentum");
+  init.spec.mutable_checkpoint()->set_every_steps(2);
+  init.spec.mutable_checkpoint()->set_dir(dir);
+  init.env = &env;
+  auto job = JobShard::Create(init);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::vector<float> g(10, 0.5f);
+  for (int step = 0; step < 4; ++step)
+    ASSERT_TRUE(Completed((*job)->Push(0, Chunk(step, g, 1)))) << step;
+  ASSERT_TRUE(env.entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  absl::Notification pushed;
+  bool completed = false;
+  bool on_disk = false;
+  std::thread pusher([&] {
+    completed = Completed((*job)->Push(0, Chunk(4, g, 1)));
+    on_disk = env.FileExists(CheckpointPath(dir, "job-1", 2, 0));
+    pushed.Notify();
+  });
+  EXPECT_FALSE(pushed.WaitForNotificationWithTimeout(absl::Milliseconds(200)))
+      << "step 4 was applied while step 2's checkpoint was not on disk";
+  env.release.Notify();
+  pusher.join();
+  EXPECT_TRUE(completed);
+  EXPECT_TRUE(on_disk);
+  (*job)->FlushCheckpoints();
+  EXPECT_EQ((*job)->LastCheckpoint(), 4);
+}
 }  // namespace
 }  // namespace fulcrum
 
