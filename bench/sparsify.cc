@@ -57,11 +57,13 @@ BENCHMARK(BM_RandomKPositions)->Arg(1)->Arg(10)->Arg(25);
 void BM_Encode(benchmark::State& state) {
   const auto layout = ParameterLayout::ForTensors({{"t", {kChunk}}}, 1, 1 << 22);
   const std::vector<float> g = Gradient();
-  GradientEncoder enc(&*layout, kChunk, WireEncoding::kFp32,
-                      state.range(1) / 100.0, 0, 0.0f,
-                      state.range(0) == 0 ? GradientEncoder::Selection::kTopK
-                                          : GradientEncoder::Selection::kRandom,
-                      7);
+  GradientEncoder enc(
+      &*layout, {.chunk_elems = kChunk,
+                 .fraction = state.range(1) / 100.0,
+                 .selection = state.range(0) == 0
+                                  ? GradientEncoder::Selection::kTopK
+                                  : GradientEncoder::Selection::kRandom,
+                 .seed = 7});
   int64_t step = 0;
   for (auto _ : state) {
     for (size_t p = 0; p < layout->partitions().size(); ++p) {

@@ -18,6 +18,28 @@ uint64_t RandomKSeed(uint64_t job_seed, const std::string& worker_id) {
   return Fnv1a64(worker_id, 0xcbf29ce484222325ULL ^ job_seed);
 }
 
+// The job's wire: section as the encoder's options (validated at
+// submission).
+GradientEncoder::Options EncoderOptions(const v1::JobSpec& spec,
+                                        WireEncoding gradients,
+                                        const std::string& worker_id) {
+  const v1::WireSpec& wire = spec.wire();
+  GradientEncoder::Options o;
+  o.chunk_elems = spec.chunk_bytes() / 4;
+  o.encoding = gradients;
+  o.fraction = SparseFraction(spec);
+  o.warmup_steps = wire.topk_warmup_steps();
+  if (MomentumOnWorkers(spec))
+    o.momentum = static_cast<float>(spec.optimizer().momentum());
+  o.selection = wire.randomk() > 0 ? GradientEncoder::Selection::kRandom
+                                   : GradientEncoder::Selection::kTopK;
+  o.seed = RandomKSeed(spec.seed(), worker_id);
+  // Set at submission (ApplyDefaults); 16 KiB as there if not.
+  o.whole_below =
+      (wire.has_sparse_min_bytes() ? wire.sparse_min_bytes() : 16384) / 4;
+  return o;
+}
+
 }  // namespace
 
 Assignment FromProto(const v1::WorkerAssignment& a) {
@@ -52,21 +74,8 @@ WorkerSession::WorkerSession(Options options, Assignment first,
                                    "wire.gradients")
                      .value_or(WireEncoding::kFp32)),
       encoder_(std::make_unique<GradientEncoder>(
-          layout, assignment_.spec.chunk_bytes() / 4, gradients_,
-          SparseFraction(assignment_.spec),
-          assignment_.spec.wire().topk_warmup_steps(),
-          MomentumOnWorkers(assignment_.spec)
-              ? static_cast<float>(assignment_.spec.optimizer().momentum())
-              : 0.0f,
-          assignment_.spec.wire().randomk() > 0
-              ? GradientEncoder::Selection::kRandom
-              : GradientEncoder::Selection::kTopK,
-          RandomKSeed(assignment_.spec.seed(), options_.worker_id),
-          // Set at submission (ApplyDefaults); 16 KiB as there if not.
-          (assignment_.spec.wire().has_sparse_min_bytes()
-               ? assignment_.spec.wire().sparse_min_bytes()
-               : 16384) /
-              4)) {}
+          layout, EncoderOptions(assignment_.spec, gradients_,
+                                 options_.worker_id))) {}
 
 WorkerSession::~WorkerSession() {
   if (channel_ != nullptr) {

@@ -10,19 +10,16 @@
 namespace fulcrum {
 
 GradientEncoder::GradientEncoder(const ParameterLayout* layout,
-                                 int64_t chunk_elems, WireEncoding encoding,
-                                 double fraction, int64_t warmup_steps,
-                                 float momentum, Selection selection,
-                                 uint64_t seed, int64_t whole_below)
+                                 const Options& o)
     : layout_(layout),
-      chunk_elems_(std::max<int64_t>(1, chunk_elems)),
-      encoding_(encoding),
-      fraction_(fraction),
-      warmup_steps_(std::max<int64_t>(0, warmup_steps)),
-      momentum_(fraction > 0 ? momentum : 0.0f),
-      selection_(selection),
-      seed_(seed),
-      whole_below_(std::max<int64_t>(0, whole_below)) {
+      chunk_elems_(std::max<int64_t>(1, o.chunk_elems)),
+      encoding_(o.encoding),
+      fraction_(o.fraction),
+      warmup_steps_(std::max<int64_t>(0, o.warmup_steps)),
+      momentum_(o.fraction > 0 ? o.momentum : 0.0f),
+      selection_(o.selection),
+      seed_(o.seed),
+      whole_below_(std::max<int64_t>(0, o.whole_below)) {
   const int64_t total = layout_->total_size();
   if (!sparse()) return;  // encoded_: at its first use
   for (const Partition& p : layout_->partitions()) {

@@ -59,30 +59,39 @@ class GradientEncoder {
   // How a sparse chunk's positions are chosen.
   enum class Selection { kTopK, kRandom };
 
-  // The chunks of `layout`'s partitions, cut every `chunk_elems` elements
-  // (ForEachChunk), sent in `encoding`; `fraction` in (0, 1] sparsifies
-  // (by `selection`; kRandom draws from `seed`, which should differ
-  // between workers so that their positions do), 0 sends them dense. `layout` is not owned and must outlive the encoder.
-  // With `warmup_steps` > 0 the fraction kept starts at 1 and falls
-  // geometrically to `fraction` over that many steps (fraction^(step /
-  // warmup):
-  // Deep Gradient Compression's sparsity warm-up). With `momentum` > 0
-  // (sparse only) the momentum is the worker's (DGC's momentum
-  // correction): u = momentum u + g, then a = u + r as above, and the
-  // positions sent restart at 0 in u as in r (momentum factor masking:
-  // measured here, 1.2-1.4x dense's steps to 0.88 at 1% against 1.4-1.8x
-  // without it); the shards then apply plain SGD to the sum
-  // (MomentumOnWorkers). With masking, keeping everything (fraction 1) is
-  // plain SGD, not momentum SGD: the masking is meant for sparse wires.
-  // A sparse encoder's chunk of fewer than `whole_below` elements is sent
-  // whole every step (all its positions) and keeps its momentum (no
-  // masking: with the shards' plain SGD that is momentum SGD there, as on
-  // a dense wire) - wire.sparse_min_bytes.
-  GradientEncoder(const ParameterLayout* layout, int64_t chunk_elems,
-                  WireEncoding encoding, double fraction = 0,
-                  int64_t warmup_steps = 0, float momentum = 0.0f,
-                  Selection selection = Selection::kTopK, uint64_t seed = 0,
-                  int64_t whole_below = 0);
+  struct Options {
+    // The chunks of the layout's partitions are cut every `chunk_elems`
+    // elements (ForEachChunk) and sent in `encoding`.
+    int64_t chunk_elems = 1;
+    WireEncoding encoding = WireEncoding::kFp32;
+    // In (0, 1] sparsifies (by `selection`; kRandom draws from `seed`,
+    // which should differ between workers so that their positions do); 0
+    // sends the chunks dense.
+    double fraction = 0;
+    // > 0: the fraction kept starts at 1 and falls geometrically to
+    // `fraction` over that many steps (fraction^(step / warmup): Deep
+    // Gradient Compression's sparsity warm-up).
+    int64_t warmup_steps = 0;
+    // > 0 (sparse only): the momentum is the worker's (DGC's momentum
+    // correction): u = momentum u + g, then a = u + r as above, and the
+    // positions sent restart at 0 in u as in r (momentum factor masking:
+    // measured here, 1.2-1.4x dense's steps to 0.88 at 1% against
+    // 1.4-1.8x without it); the shards then apply plain SGD to the sum
+    // (MomentumOnWorkers). With masking, keeping everything (fraction 1)
+    // is plain SGD, not momentum SGD: the masking is meant for sparse
+    // wires.
+    float momentum = 0.0f;
+    Selection selection = Selection::kTopK;
+    uint64_t seed = 0;
+    // A sparse encoder's chunk of fewer elements is sent whole every step
+    // (all its positions) and keeps its momentum (no masking: with the
+    // shards' plain SGD that is momentum SGD there, as on a dense wire) -
+    // wire.sparse_min_bytes.
+    int64_t whole_below = 0;
+  };
+
+  // `layout` is not owned and must outlive the encoder.
+  GradientEncoder(const ParameterLayout* layout, const Options& options);
 
   WireEncoding encoding() const { return encoding_; }
   bool sparse() const { return fraction_ > 0; }

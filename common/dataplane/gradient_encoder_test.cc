@@ -32,7 +32,7 @@ std::vector<float> Values(const GradientEncoder::Chunk& c, WireEncoding e) {
 
 TEST(GradientEncoderTest, DenseFp32LeavesFromTheGradientItself) {
   const ParameterLayout layout = Layout();
-  GradientEncoder enc(&layout, 4, WireEncoding::kFp32);
+  GradientEncoder enc(&layout, {.chunk_elems = 4});
   std::vector<float> g(17, 1.5f);
   const GradientEncoder::Chunk c = enc.Encode(0, 16, 1, g.data(), 0, 1);
   EXPECT_EQ(c.data, reinterpret_cast<const char*>(g.data() + 16));
@@ -40,7 +40,8 @@ TEST(GradientEncoderTest, DenseFp32LeavesFromTheGradientItself) {
   EXPECT_TRUE(c.indices.empty());
   EXPECT_TRUE(enc.residual().empty());
 
-  GradientEncoder bf16(&layout, 4, WireEncoding::kBf16);
+  GradientEncoder bf16(&layout,
+                       {.chunk_elems = 4, .encoding = WireEncoding::kBf16});
   // Into the caller's room (a shared-memory slot): no buffer of its own.
   char room[8];
   const GradientEncoder::Chunk r = bf16.Encode(0, 4, 4, g.data(), 0, 1, room);
@@ -61,7 +62,7 @@ TEST(GradientEncoderTest, DenseFp32LeavesFromTheGradientItself) {
 // rest stays in the residual and is added to the next step's gradient.
 TEST(GradientEncoderTest, TopKSendsTheLargestAndCarriesTheRest) {
   const ParameterLayout layout = Layout();
-  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.5);
+  GradientEncoder enc(&layout, {.chunk_elems = 4, .fraction = 0.5});
   std::vector<float> g(17, 0.0f);
   g[0] = 0.1f, g[1] = -3.0f, g[2] = 0.2f, g[3] = 2.0f;
   GradientEncoder::Chunk c = enc.Encode(0, 0, 4, g.data(), 0, 1);
@@ -80,7 +81,7 @@ TEST(GradientEncoderTest, TopKSendsTheLargestAndCarriesTheRest) {
   // At least one element of even the smallest chunk.
   c = enc.Encode(0, 16, 1, g.data(), 0, 1);
   EXPECT_EQ(Indices(c).size(), 1u);
-  GradientEncoder tiny(&layout, 4, WireEncoding::kFp32, 0.01);
+  GradientEncoder tiny(&layout, {.chunk_elems = 4, .fraction = 0.01});
   EXPECT_EQ(Indices(tiny.Encode(0, 8, 4, g.data(), 0, 1)).size(), 1u);
 }
 
@@ -89,7 +90,8 @@ TEST(GradientEncoderTest, TopKSendsTheLargestAndCarriesTheRest) {
 TEST(GradientEncoderTest, WarmUpKeepsAFallingFraction) {
   const ParameterLayout layout =
       *ParameterLayout::ForTensors({{"t", {1000}}}, 1, 1 << 20);
-  GradientEncoder enc(&layout, 1000, WireEncoding::kFp32, 0.01, 100);
+  GradientEncoder enc(
+      &layout, {.chunk_elems = 1000, .fraction = 0.01, .warmup_steps = 100});
   std::vector<float> g(1000);
   for (int i = 0; i < 1000; ++i) g[i] = static_cast<float>(i % 17) - 8.5f;
   EXPECT_EQ(Indices(enc.Encode(0, 0, 1000, g.data(), 0, 1)).size(), 1000u);
@@ -102,7 +104,8 @@ TEST(GradientEncoderTest, WarmUpKeepsAFallingFraction) {
 // at 0 in both u and r.
 TEST(GradientEncoderTest, MomentumCorrectionKeepsTheVelocityOnTheWorker) {
   const ParameterLayout layout = Layout();
-  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.25, 0, 0.5f);
+  GradientEncoder enc(&layout,
+                      {.chunk_elems = 4, .fraction = 0.25, .momentum = 0.5f});
   std::vector<float> g(17, 0.0f);
   g[0] = 1.0f, g[1] = 4.0f;
   GradientEncoder::Chunk c = enc.Encode(0, 0, 4, g.data(), 0, 1);
@@ -131,7 +134,11 @@ TEST(GradientEncoderTest, SentPlusResidualIsTheSumOfTheGradients) {
   for (auto sel : {GradientEncoder::Selection::kTopK,
                    GradientEncoder::Selection::kRandom})
   for (WireEncoding e : {WireEncoding::kFp32, WireEncoding::kBf16}) {
-    GradientEncoder enc(&layout, 4, e, 0.3, 0, 0.0f, sel, 11);
+    GradientEncoder enc(&layout, {.chunk_elems = 4,
+                                  .encoding = e,
+                                  .fraction = 0.3,
+                                  .selection = sel,
+                                  .seed = 11});
     std::mt19937 rng(7);
     std::normal_distribution<float> normal;
     std::vector<double> sum(17, 0.0), sent(17, 0.0);
@@ -172,10 +179,12 @@ TEST(GradientEncoderTest, RandomKDrawsPositionsFromTheSeed) {
   const ParameterLayout layout =
       *ParameterLayout::ForTensors({{"t", {2000}}}, 1, 1 << 20);
   const auto kRandom = GradientEncoder::Selection::kRandom;
-  GradientEncoder enc(&layout, 1000, WireEncoding::kFp32, 0.01, 0, 0.0f,
-                      kRandom, 5);
-  GradientEncoder other(&layout, 1000, WireEncoding::kFp32, 0.01, 0, 0.0f,
-                        kRandom, 6);
+  const GradientEncoder::Options options{
+      .chunk_elems = 1000, .fraction = 0.01, .selection = kRandom, .seed = 5};
+  GradientEncoder enc(&layout, options);
+  GradientEncoder::Options six = options;
+  six.seed = 6;
+  GradientEncoder other(&layout, six);
   std::vector<float> g(2000), zero(2000, 0.0f);
   for (int i = 0; i < 2000; ++i) g[i] = static_cast<float>(i);
   // Chunk 1 (the second 1,000 elements) at step 3.
@@ -191,8 +200,7 @@ TEST(GradientEncoderTest, RandomKDrawsPositionsFromTheSeed) {
   EXPECT_EQ(enc.residual()[1000 + kept], 1000.0f + kept);
   // Not the values' choice: an all-zero gradient draws the same positions
   // (another encoder, the same seed), and another seed draws others.
-  GradientEncoder same(&layout, 1000, WireEncoding::kFp32, 0.01, 0, 0.0f,
-                       kRandom, 5);
+  GradientEncoder same(&layout, options);
   EXPECT_EQ(Indices(same.Encode(0, 1000, 1000, zero.data(), 3, 1)), want);
   EXPECT_NE(Indices(other.Encode(0, 1000, 1000, g.data(), 3, 1)), want);
   // Another step draws again; redoing step 3 in generation 2 draws step
@@ -206,8 +214,10 @@ TEST(GradientEncoderTest, RandomKDrawsPositionsFromTheSeed) {
 // chunks are sparsified and masked as before.
 TEST(GradientEncoderTest, SmallChunksGoWholeAndKeepTheirMomentum) {
   const ParameterLayout layout = Layout();  // chunks of 4, 4, 4, 4 and 1
-  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.25, 0, 0.5f,
-                      GradientEncoder::Selection::kTopK, 0, /*whole_below=*/2);
+  GradientEncoder enc(&layout, {.chunk_elems = 4,
+                                .fraction = 0.25,
+                                .momentum = 0.5f,
+                                .whole_below = 2});
   std::vector<float> g(17, 0.0f);
   g[0] = 4.0f, g[16] = 2.0f;
   // The 1-element chunk (below 2) and a 4-element one (k = 1).
@@ -231,8 +241,8 @@ TEST(GradientEncoderTest, SmallChunksGoWholeAndKeepTheirMomentum) {
 // never been.
 TEST(GradientEncoderTest, ResendsRepeatAndRedoneStepsStartOver) {
   const ParameterLayout layout = Layout();
-  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.25);
-  GradientEncoder reference(&layout, 4, WireEncoding::kFp32, 0.25);
+  GradientEncoder enc(&layout, {.chunk_elems = 4, .fraction = 0.25});
+  GradientEncoder reference(&layout, {.chunk_elems = 4, .fraction = 0.25});
   std::vector<float> g0 = {1, 2, 3, 4}, g1 = {4, 3, 2, 1}, g1b = {0, 9, 1, 1};
   g0.resize(17), g1.resize(17), g1b.resize(17);
   enc.Encode(0, 0, 4, g0.data(), 0, 1);
@@ -255,7 +265,7 @@ TEST(GradientEncoderTest, ResendsRepeatAndRedoneStepsStartOver) {
 // infinity goes whole (the shard refuses it) and its residual restarts.
 TEST(GradientEncoderTest, TiesTakeTheFirstAndNonFiniteChunksGoWhole) {
   const ParameterLayout layout = Layout();
-  GradientEncoder enc(&layout, 4, WireEncoding::kFp32, 0.5);
+  GradientEncoder enc(&layout, {.chunk_elems = 4, .fraction = 0.5});
   std::vector<float> g(17, 1.0f);
   EXPECT_EQ(Indices(enc.Encode(0, 0, 4, g.data(), 0, 1)),
             (std::vector<uint32_t>{0, 1}));

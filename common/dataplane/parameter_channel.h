@@ -130,8 +130,9 @@ inline GradientEncoder* ChannelEncoder(const ChannelOptions& options,
                                        const ParameterLayout* layout,
                                        std::unique_ptr<GradientEncoder>* own) {
   if (options.encoder != nullptr) return options.encoder;
-  *own = std::make_unique<GradientEncoder>(layout, options.chunk_bytes / 4,
-                                           options.gradients);
+  *own = std::make_unique<GradientEncoder>(
+      layout, GradientEncoder::Options{.chunk_elems = options.chunk_bytes / 4,
+                                       .encoding = options.gradients});
   return own->get();
 }
 
