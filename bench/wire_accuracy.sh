@@ -56,10 +56,11 @@ YAML
     ctl status "$id" --watch >/dev/null || true  # a failed job is a row too
     # A job that failed (a wire that diverged: the shards refuse a NaN)
     # or ended at max_steps short of the target is marked so, not timed.
-    read -r steps secs acc state < <(ctl status "$id" --json | /usr/bin/python3 -c \
-      'import json,sys; j=json.load(sys.stdin); p=j.get("progress", {}); print(p.get("step", 0), j["end_time_unix"]-j["start_time_unix"], p.get("test_accuracy", 0), j["state"])')
+    # One status read: steps, seconds, accuracy, state, then the message.
+    { read -r steps secs acc state; read -r message; } < <(ctl status "$id" --json | /usr/bin/python3 -c \
+      'import json,sys; j=json.load(sys.stdin); p=j.get("progress", {}); print(p.get("step", 0), j["end_time_unix"]-j["start_time_unix"], p.get("test_accuracy", 0), j["state"]); print(" ".join(j.get("message", "").split())[:120])')
     if [ "$state" != SUCCEEDED ]; then
-      note="$state: $(ctl status "$id" --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin).get("message", "")[:120])')"
+      note="$state: $message"
     elif /usr/bin/python3 -c "import sys; sys.exit(float('$acc') < float('$target'))"; then
       note=""
     else
