@@ -15,7 +15,7 @@ namespace {
 // that workers draw different positions and one worker the same ones in
 // every generation and on every transport.
 uint64_t RandomKSeed(uint64_t job_seed, const std::string& worker_id) {
-  return Fnv1a64(worker_id, 0xcbf29ce484222325ULL ^ job_seed);
+  return Fnv1a64(worker_id, kFnvOffsetBasis ^ job_seed);
 }
 
 // The job's wire: section as the encoder's options (validated at
@@ -34,9 +34,7 @@ GradientEncoder::Options EncoderOptions(const v1::JobSpec& spec,
   o.selection = wire.randomk() > 0 ? GradientEncoder::Selection::kRandom
                                    : GradientEncoder::Selection::kTopK;
   o.seed = RandomKSeed(spec.seed(), worker_id);
-  // Set at submission (ApplyDefaults); 16 KiB as there if not.
-  o.whole_below =
-      (wire.has_sparse_min_bytes() ? wire.sparse_min_bytes() : 16384) / 4;
+  o.whole_below = SparseMinBytes(spec) / 4;
   return o;
 }
 

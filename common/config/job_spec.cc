@@ -520,7 +520,7 @@ void ApplyDefaults(JobSpec* spec) {
   }
   if (!spec->has_shards()) spec->set_shards(1);
   if (!spec->wire().has_sparse_min_bytes())
-    spec->mutable_wire()->set_sparse_min_bytes(16384);
+    spec->mutable_wire()->set_sparse_min_bytes(kDefaultSparseMinBytes);
   if (!spec->has_partition_bytes())
     spec->set_partition_bytes(kDefaultPartitionBytes);
   if (!spec->has_chunk_bytes()) spec->set_chunk_bytes(kDefaultChunkBytes);
@@ -732,6 +732,11 @@ bool PreReduce(const v1::JobSpec& spec) {
 
 double SparseFraction(const v1::JobSpec& spec) {
   return spec.wire().topk() > 0 ? spec.wire().topk() : spec.wire().randomk();
+}
+
+int64_t SparseMinBytes(const v1::JobSpec& spec) {
+  return spec.wire().has_sparse_min_bytes() ? spec.wire().sparse_min_bytes()
+                                            : kDefaultSparseMinBytes;
 }
 
 bool MomentumOnWorkers(const v1::JobSpec& spec) {

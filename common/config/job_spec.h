@@ -13,6 +13,8 @@ namespace fulcrum {
 
 inline constexpr int64_t kDefaultPartitionBytes = 4 << 20;
 inline constexpr int64_t kDefaultChunkBytes = 1 << 20;
+// wire.sparse_min_bytes (BytePS's BYTEPS_MIN_COMPRESS_BYTES plays this part).
+inline constexpr int64_t kDefaultSparseMinBytes = 16384;
 // dataset.chunk_size defaults to this many batches.
 inline constexpr int kDefaultChunkBatches = 16;
 inline constexpr int64_t kMaxChunkBytes = 4 << 20;
@@ -37,6 +39,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 // The fraction of each chunk a sparse wire sends (wire.topk or
 // wire.randomk, at most one of them set); 0: dense.
 double SparseFraction(const v1::JobSpec& spec);
+// wire.sparse_min_bytes, or its default when unset (ApplyDefaults sets it
+// at submission).
+int64_t SparseMinBytes(const v1::JobSpec& spec);
 // Whether the job's momentum runs on the workers (a sparse wire with optimizer
 // momentum and wire.momentum_correction not false): the shards then apply
 // plain SGD to what arrives (docs/job-spec.md, wire).

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "common/dataplane/randomk.h"
 #include "common/dataplane/topk.h"
+#include "common/tensor/finite.h"
 
 namespace fulcrum {
 
@@ -30,6 +30,7 @@ GradientEncoder::GradientEncoder(const ParameterLayout* layout,
       const bool whole = n < whole_below_;
       const int64_t k = warmup_steps_ > 0 || whole ? n : Kept(n, 0);
       chunks_.emplace_back();
+      chunks_.back().all_positions = whole;
       chunks_.back().indices.reserve(k);
       if (whole) {  // every position, every step: set once
         for (int64_t i = 0; i < n; ++i)
@@ -122,14 +123,8 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t chunk,
   float* r = residual_[to].data() + begin;
   float* u = nullptr;
   // a = r + g (with momentum: u = momentum u + g, a = r + u) into r, and
-  // in the same pass whether any is NaN or infinite: an exponent of all
-  // ones (an integer OR: it vectorizes, a float reduction would not).
+  // in the same pass whether any is NaN or infinite (finite.h).
   uint32_t special = 0;
-  const auto non_finite = [](float x) {
-    uint32_t bits;
-    std::memcpy(&bits, &x, sizeof(bits));
-    return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  };
   if (momentum_ > 0) {
     const float* u0 = velocity_[from].data() + begin;
     u = velocity_[to].data() + begin;
@@ -139,16 +134,16 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t chunk,
       const float a = r0[i] + v;
       u[i] = v;
       r[i] = a;
-      special |= non_finite(a);
+      special |= NonFinite(a);
     }
   } else {
     for (int64_t i = 0; i < n; ++i) {
       const float a = r0[i] + g[i];
       r[i] = a;
-      special |= non_finite(a);
+      special |= NonFinite(a);
     }
   }
-  if (special != 0) {  // sent whole: the shard refuses it and names the worker
+  if (!Finite(special)) {  // sent whole: the shard refuses it and names the worker
     s.dense = true;
     s.whole.resize(static_cast<size_t>(n) * width);
     EncodeRun(encoding_, r, n, s.whole.data());
@@ -157,16 +152,17 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t chunk,
     return done();
   }
   s.dense = false;
-  const bool whole = n < whole_below_;
-  // A whole chunk's positions are all of them, set at construction.
-  if (!whole && selection_ == Selection::kRandom) {
-    // The same positions for a step however often it is encoded (a
-    // redone step, another transport): a function of the seed, the step
-    // and the chunk only.
-    RandomKPositions(n, Kept(n, step), ChunkSeed(seed_, step, chunk),
-                     &s.indices);
-  } else if (!whole) {
-    TopKPositions(r, n, Kept(n, step), &s.indices);
+  // A chunk below whole_below keeps the positions set at construction.
+  if (!s.all_positions) {
+    if (selection_ == Selection::kRandom) {
+      // The same positions for a step however often it is encoded (a
+      // redone step, another transport): a function of the seed, the
+      // step and the chunk only.
+      RandomKPositions(n, Kept(n, step), ChunkSeed(seed_, step, chunk),
+                       &s.indices);
+    } else {
+      TopKPositions(r, n, Kept(n, step), &s.indices);
+    }
   }
   const int64_t k = static_cast<int64_t>(s.indices.size());
   thread_local std::vector<float> picked;
@@ -177,7 +173,7 @@ GradientEncoder::Chunk GradientEncoder::EncodeSparse(Sparse& s, int64_t chunk,
   // stays in it.
   DecodeRun(encoding_, s.values.data(), k, picked.data());
   for (int64_t j = 0; j < k; ++j) r[s.indices[j]] -= picked[j];
-  if (u != nullptr && !whole) {  // momentum factor masking
+  if (u != nullptr && !s.all_positions) {  // momentum factor masking
     for (const uint32_t i : s.indices) u[i] = 0.0f;
   }
   return done();

@@ -138,6 +138,7 @@ class GradientEncoder {
     std::vector<char> values;
     std::vector<char> whole;  // sent whole (a non-finite value): allocated then
     bool dense = false;
+    bool all_positions = false;  // below whole_below: sent whole every step
     int cur = 0;  // residual_[cur] (velocity_[cur]) is the newest state
   };
   Chunk EncodeSparse(Sparse& s, int64_t chunk, int64_t begin, int64_t n,

@@ -32,9 +32,12 @@ inline uint64_t SplitMix64Next(uint64_t* state) {
   return Mix64(*state);
 }
 
+// FNV-1a's 64-bit offset basis.
+inline constexpr uint64_t kFnvOffsetBasis = 0xcbf29ce484222325ULL;
+
 // FNV-1a over `s`, from `basis` (FNV's offset basis unless given).
 inline uint64_t Fnv1a64(absl::string_view s,
-                        uint64_t basis = 0xcbf29ce484222325ULL) {
+                        uint64_t basis = kFnvOffsetBasis) {
   uint64_t h = basis;
   for (const unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
   return h;

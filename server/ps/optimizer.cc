@@ -3,22 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+
+#include "common/tensor/finite.h"
 
 namespace fulcrum {
-namespace {
-
-// Bit 31 set when v is NaN or infinite (its exponent bits all set: adding
-// one exponent step carries into bit 31). Three integer operations that
-// the loops below vectorize, OR-reduced into one flag (Finite()).
-inline uint32_t NonFinite(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  return (bits & 0x7f800000u) + 0x00800000u;
-}
-inline bool Finite(uint32_t flags) { return (flags >> 31) == 0; }
-
-}  // namespace
 
 double LrSchedule::At(double lr, int64_t t) const {
   double rate = lr;
