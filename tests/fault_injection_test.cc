@@ -293,7 +293,10 @@ TEST_F(FaultTest, AKilledGroupLeaderIsReplacedAndEverySampleTrainsOnce) {
 // A worker paused past its lease (SIGSTOP: a stop signal, a long stall) is
 // dropped; resumed, it registers again under a new id and trains under that
 // id everywhere - the running job again, then the next one.
-TEST_F(FaultTest, AWorkerPausedPastItsLeaseTrainsOnUnderItsNewId) {
+// A worker paused past its lease is dropped; resumed, it is heard from
+// again under its own id and rejoins the job it trains (until 2026-12-07 it
+// registered as a stranger and was offered the job again).
+TEST_F(FaultTest, AWorkerPausedPastItsLeaseRejoinsItsJob) {
   ProcessCluster c("pause_worker",
                    {.shards = 1,
                     .workers = 2,
@@ -311,19 +314,15 @@ TEST_F(FaultTest, AWorkerPausedPastItsLeaseTrainsOnUnderItsNewId) {
       c, first, [](const v1::JobStatus& s) { return Count(s, "lost") >= 1; },
       absl::Seconds(20), "the paused worker to be lost");
   c.Signal("worker-1", SIGCONT);
-  // It comes back as a third id and is taken into the running job.
   s = WaitFor(
       c, first,
       [&](const v1::JobStatus& s) {
         if (Ended(s)) return true;
-        if (s.workers_size() != 2) return false;
-        for (const std::string& w : s.workers()) {
-          if (std::find(before.begin(), before.end(), w) == before.end())
-            return true;
-        }
-        return false;
+        return Count(s, "rejoined") >= 1 &&
+               std::vector<std::string>(s.workers().begin(),
+                                        s.workers().end()) == before;
       },
-      absl::Seconds(60), "the resumed worker to join under a new id");
+      absl::Seconds(60), "the resumed worker to rejoin under its own id");
   ASSERT_EQ(s.state(), v1::RUNNING) << s.message() << c.Logs();
   const int64_t at = s.progress().step();
   s = WaitFor(

@@ -15,9 +15,11 @@ ProcessCluster::ProcessCluster(const std::string& name, const Options& options)
   mkdir(dir_.c_str(), 0755);
   const std::string port_file = dir_ + "/coordinator.port";
   const int port = PickFreePort();
+  const std::string coordinator_ip = HostOf("coordinator").ip;
   std::vector<std::string> argv = {
       Runfile("server/coordinator/fulcrum-coordinator"),
-      "--listen=127.0.0.1:" + std::to_string(port), "--port_file=" + port_file,
+      "--listen=" + coordinator_ip + ":" + std::to_string(port),
+      "--port_file=" + port_file,
       "--heartbeat_ms=200", "--start_grace_ms=3000",
       // Tests write checkpoints under their temp dir.
       "--checkpoint_root=" + TestTempDir()};
@@ -26,17 +28,18 @@ ProcessCluster::ProcessCluster(const std::string& name, const Options& options)
   argv.insert(argv.end(), options.all_flags.begin(), options.all_flags.end());
   Add("coordinator", argv);
   if (!WaitForFile(port_file, absl::Seconds(20))) return;
-  address_ = "127.0.0.1:" + std::to_string(port);
+  address_ = coordinator_ip + ":" + std::to_string(port);
   for (int i = 1; i <= options.shards; ++i) {
+    const std::string name = "shard-" + std::to_string(i);
     std::vector<std::string> shard = {
         Runfile("server/ps/fulcrum-server"),
-        "--listen=127.0.0.1:" + std::to_string(PickFreePort()),
+        "--listen=" + HostOf(name).ip + ":" + std::to_string(PickFreePort()),
         "--coordinator=" + address_, "--checkpoint_root=" + TestTempDir()};
     shard.insert(shard.end(), options.shard_flags.begin(),
                  options.shard_flags.end());
     shard.insert(shard.end(), options.all_flags.begin(),
                  options.all_flags.end());
-    Add("shard-" + std::to_string(i), shard);
+    Add(name, shard);
   }
   for (int i = 1; i <= options.workers; ++i) AddWorker();
 }
@@ -87,8 +90,9 @@ void ProcessCluster::Restart(const std::string& process) {
     if (names_[i] != process) continue;
     Kill(process);
     procs_[i] = std::make_unique<Process>(
-        argvs_[i], dir_ + "/" + process + "." + std::to_string(++starts_[i]) +
-                       ".log");
+        argvs_[i],
+        dir_ + "/" + process + "." + std::to_string(++starts_[i]) + ".log",
+        netns_[i]);
     return;
   }
 }
@@ -126,8 +130,13 @@ void ProcessCluster::Add(const std::string& process,
   names_.push_back(process);
   argvs_.push_back(argv);
   starts_.push_back(1);
-  procs_.push_back(
-      std::make_unique<Process>(argv, dir_ + "/" + process + ".log"));
+  netns_.push_back(HostOf(process).netns);
+  procs_.push_back(std::make_unique<Process>(
+      argv, dir_ + "/" + process + ".log", netns_.back()));
+}
+
+ProcessCluster::Host ProcessCluster::HostOf(const std::string& process) const {
+  return options_.host_of ? options_.host_of(process) : Host{};
 }
 
 ProcessCluster::~ProcessCluster() {
@@ -143,7 +152,8 @@ RunResult ProcessCluster::Ctl(std::vector<std::string> args,
               options_.all_flags.end());
   args.insert(args.begin(),
               {Runfile("client/fulcrumctl"), "--coordinator=" + address_});
-  return RunCommand(args, timeout, dir_ + "/fulcrumctl.log");
+  return RunCommand(args, timeout, dir_ + "/fulcrumctl.log",
+                    HostOf("coordinator").netns);
 }
 
 std::string ProcessCluster::CtlLog() const {

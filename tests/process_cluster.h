@@ -4,6 +4,7 @@
 #ifndef FULCRUM_TESTS_PROCESS_CLUSTER_H_
 #define FULCRUM_TESTS_PROCESS_CLUSTER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,11 @@ namespace fulcrum::testing {
 
 class ProcessCluster {
  public:
+  // A host: a network namespace and the address processes there listen on.
+  struct Host {
+    std::string netns;  // empty: this one
+    std::string ip = "127.0.0.1";
+  };
   struct Options {
     int shards = 1;
     int workers = 1;
@@ -27,6 +33,10 @@ class ProcessCluster {
     // Given to every process and fulcrumctl (e.g. --tls_cert/--tls_key/--tls_ca).
     std::vector<std::string> all_flags;
     std::vector<std::string> ctl_flags;  // fulcrumctl only (e.g. --token_file)
+    // Multi-host (tests/multihost): the host each process runs on, by
+    // name ("coordinator", "shard-N", "worker-N"); fulcrumctl runs on the
+    // coordinator's. Null: every process on 127.0.0.1 here.
+    std::function<Host(const std::string& process)> host_of;
   };
   struct MetricsEndpoint {
     std::string role;     // coordinator | server | worker
@@ -73,11 +83,13 @@ class ProcessCluster {
 
  private:
   void Add(const std::string& process, std::vector<std::string> argv);
+  Host HostOf(const std::string& process) const;
   Process* Find(const std::string& process);
 
   int workers_added_ = 0;
   std::vector<std::vector<std::string>> argvs_;
   std::vector<int> starts_;
+  std::vector<std::string> netns_;  // by process, as names_
 
   const std::string dir_;
   Options options_;

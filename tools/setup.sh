@@ -12,6 +12,7 @@ PACKAGES=(
   libssl-dev                           # HMAC-SHA256: member credentials (OpenSSL, as gRPC)
   dataset-fashion-mnist                # the reference workload's data
   procps                               # pkill/ps in scripts
+  iproute2                             # ip, tc: multi-host tests (network namespaces as hosts)
   prometheus                           # promtool and a real Prometheus for the monitoring tests
   python3-torch                        # fulcrum.torch's tests, examples and the DDP peer
 )

@@ -36,7 +36,12 @@ absl::Status CoordinatorLink::Register() {
   request.set_device(options_.device);
   request.set_job_id(options_.job_id);
   v1::RegisterWorkerResponse response;
-  // Until the coordinator answers; a refusal (an unknown job) is final.
+  // Until the coordinator answers: unreachable, or at its limits
+  // (RESOURCE_EXHAUSTED: a place may free up) is retried with backoff and
+  // logged; any other refusal (an unknown job, a bad credential) is final.
+  RetryOptions retry;
+  retry.max = std::chrono::milliseconds(5000);
+  retry.also_retry = {absl::StatusCode::kResourceExhausted};
   absl::Status s = RetryWithBackoff(
       [&] {
         grpc::ClientContext context;
@@ -44,12 +49,19 @@ absl::Status CoordinatorLink::Register() {
         return FromGrpcStatus(
             stub_->RegisterWorker(&context, request, &response));
       },
-      RetryOptions(), &shutdown_,
+      retry, &shutdown_,
       [this](const absl::Status& failed) {
         std::cerr << options_.log_prefix << ": register failed ("
+                  << absl::StatusCodeToString(failed.code()) << ": "
                   << failed.message() << "), retrying\n";
       });
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    if (!shutdown_.HasBeenNotified()) {
+      std::cerr << options_.log_prefix << ": the coordinator refused to "
+                << "register this worker: " << s << "\n";
+    }
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
   credential_ = response.member_credential();
@@ -99,7 +111,13 @@ bool CoordinatorLink::Heartbeat() {
       state_.OnForgotten();
       changed_.SignalAll();
     }
-    return Register().ok();
+    // A refusal is logged by Register; the heartbeats go on (and register
+    // again) after an interval rather than ending for good.
+    if (!Register().ok() && !shutdown_.HasBeenNotified()) {
+      absl::MutexLock lock(&mu_);
+      changed_.WaitWithDeadline(&mu_, absl::Now() + absl::Seconds(5));
+    }
+    return true;
   }
   absl::MutexLock lock(&mu_);
   if (s.ok() && state_.OnAnswer(response.assignment())) changed_.SignalAll();
@@ -173,7 +191,10 @@ std::optional<Assignment> CoordinatorLink::NextAssignment(
 absl::StatusOr<v1::LeaseChunkResponse> CoordinatorLink::LeaseChunk(
     const v1::LeaseChunkRequest& request) {
   grpc::ClientContext context;
-  SetTimeout(&context, std::chrono::seconds(5));
+  // Short: the session asks again while the coordinator does not answer,
+  // and an attempt stuck on a link that went down should not delay the
+  // first one after it heals.
+  SetTimeout(&context, std::chrono::seconds(2));
   Sign(&context);
   v1::LeaseChunkResponse response;
   grpc::Status s = stub_->LeaseChunk(&context, request, &response);
@@ -242,8 +263,13 @@ void CoordinatorLink::Report(const v1::Progress& progress,
   *request.mutable_progress() = progress;
   request.set_done(error.empty());
   request.set_error(error);
+  // Retried until the coordinator answers (a restarted or unreachable one
+  // included): a lost "done" left the job running for ever. The report is
+  // idempotent there (a repeated "done" is acknowledged, nothing changes);
+  // a refusal (NOT_FOUND, PERMISSION_DENIED) ends the retries.
   RetryOptions retry;
-  retry.max_attempts = 5;
+  retry.max = std::chrono::milliseconds(2000);
+  absl::Time next_log = absl::Now();
   absl::Status s = RetryWithBackoff(
       [&] {
         grpc::ClientContext context;
@@ -253,7 +279,14 @@ void CoordinatorLink::Report(const v1::Progress& progress,
         return FromGrpcStatus(
             stub_->ReportProgress(&context, request, &response));
       },
-      retry, nullptr);
+      retry, &shutdown_,
+      [&](const absl::Status& failed) {
+        if (absl::Now() < next_log) return;
+        next_log = absl::Now() + absl::Seconds(10);
+        std::cerr << options_.log_prefix << ": reporting the outcome of "
+                  << request.job_id() << " failed (" << failed.message()
+                  << "), retrying until the coordinator answers\n";
+      });
   if (!s.ok()) {
     std::cerr << options_.log_prefix << ": could not report the outcome of "
               << request.job_id() << ": " << s.message() << "\n";

@@ -35,9 +35,11 @@ class CoordinatorLink : public JobLink {
   explicit CoordinatorLink(Options options);
   ~CoordinatorLink() override;
 
-  // Registers, retrying while the coordinator is unreachable, until
-  // Shutdown() (CANCELLED) or a refusal (its status: e.g. NOT_FOUND for an
-  // unknown job). Then heartbeats from its own thread until Shutdown().
+  // Registers, retrying while the coordinator is unreachable or at its
+  // limits (RESOURCE_EXHAUSTED), logging why, until Shutdown() (CANCELLED)
+  // or a refusal (logged; its status: e.g. NOT_FOUND for an unknown job).
+  // Then heartbeats from its own thread until Shutdown(); a worker the
+  // coordinator forgot registers again, and keeps trying.
   absl::Status Start();
   // Ends the heartbeats and every wait; a running job's session leaves.
   void Shutdown();
@@ -56,7 +58,8 @@ class CoordinatorLink : public JobLink {
   // The latest progress Update() gave.
   v1::Progress LastProgress();
   // Reports the outcome of the job being trained: done (error empty) or
-  // failed. Retried a few times.
+  // failed. Retried with backoff until the coordinator answers or
+  // Shutdown(): a job must not lose its "done" to an outage.
   void Report(const v1::Progress& progress, const std::string& error);
   // An external model's tensors (Coordinator.DeclareModel).
   absl::StatusOr<v1::DeclareModelResponse> DeclareModel(

@@ -88,26 +88,19 @@ class ChunkSource : public DataSource {
     return samples;
   }
 
-  // Reports the finished chunks and leases the next one. A coordinator that
-  // does not answer costs an empty step, then it is asked again.
+  // Reports the finished chunks and leases the next one. The session waits
+  // while the coordinator does not answer; ABORTED: the generation ended.
   absl::Status Lease() {
-    absl::StatusOr<std::optional<ChunkLease>> got =
-        session_->LeaseChunk(done_, n_, &exhausted_);
-    if (got.ok()) {
-      done_.clear();
-      if (got->has_value()) {
-        lease_ = **got;
-      } else {
-        // Others still train the last chunks (one may come back).
-        next_poll_ = absl::Now() + absl::Milliseconds(20);
-      }
-      return absl::OkStatus();
+    ASSIGN_OR_RETURN(const std::optional<ChunkLease> got,
+                     session_->LeaseChunk(done_, n_, &exhausted_));
+    done_.clear();
+    if (got.has_value()) {
+      lease_ = *got;
+    } else {
+      // Others still train the last chunks (one may come back).
+      next_poll_ = absl::Now() + absl::Milliseconds(20);
     }
-    const absl::StatusCode code = got.status().code();
-    if (code == absl::StatusCode::kUnavailable ||
-        code == absl::StatusCode::kDeadlineExceeded)
-      return absl::OkStatus();
-    return got.status();  // ABORTED: the generation ended
+    return absl::OkStatus();
   }
 
   ChunkLease lease_;

@@ -36,6 +36,31 @@ class OneChunkLink : public JobLink {
   int leases = 0;
 };
 
+// A coordinator that does not answer the first `unanswered` lease calls
+// (UNAVAILABLE), then leases as OneChunkLink; Leaving() once `leave_after`
+// calls went unanswered (0: never).
+class UnreachableLink : public OneChunkLink {
+ public:
+  explicit UnreachableLink(int unanswered, int leave_after = 0)
+      : unanswered_(unanswered), leave_after_(leave_after) {}
+  bool Leaving() override {
+    return leave_after_ > 0 && refused >= leave_after_;
+  }
+  absl::StatusOr<v1::LeaseChunkResponse> LeaseChunk(
+      const v1::LeaseChunkRequest& r) override {
+    if (refused < unanswered_) {
+      ++refused;
+      return absl::UnavailableError("coordinator unreachable");
+    }
+    return OneChunkLink::LeaseChunk(r);
+  }
+  int refused = 0;
+
+ private:
+  const int unanswered_;
+  const int leave_after_;
+};
+
 Assignment AssignmentFor(const std::string& sharding) {
   Assignment a;
   a.job_id = "j";
@@ -116,6 +141,45 @@ TEST(DataSourceTest, ChunkPeekIsNextWhileTheLeaseLasts) {
   // ask for.
   EXPECT_FALSE(source->Peek(2).has_value());
   EXPECT_EQ(link.leases, 1);
+}
+
+// A coordinator that does not answer costs no empty step: the source waits
+// for it (the session asks again, counting the wait) and then trains the
+// chunk it leases. Until 2026-12-07 each unanswered call was an empty
+// step, and a 5 s outage ran a job through its max_steps.
+TEST(DataSourceTest, AnUnansweredLeaseIsWaitedForNotAnEmptyStep) {
+  const Assignment a = AssignmentFor("chunks");
+  UnreachableLink link(5);
+  WorkerSession::Options o;
+  absl::Duration waited;
+  o.on_coordinator_wait = [&waited](absl::Duration d) { waited += d; };
+  o.lease_backoff_max = absl::Milliseconds(20);
+  ParameterLayout layout = *ParameterLayout::ForMlp({4, 2}, 1, 1 << 20);
+  std::vector<float> params(layout.total_size());
+  WorkerSession session(o, a, &layout, params.data(), nullptr, &link);
+  auto source = DataSource::ForSpec(a.spec, 1000, &session);
+  source->StartGeneration();
+  const absl::StatusOr<StepSamples> first = source->Next(0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->share.count, 64) << "a step with data, not an empty one";
+  EXPECT_EQ(link.refused, 5);
+  EXPECT_EQ(link.leases, 1);
+  EXPECT_GT(waited, absl::ZeroDuration());
+}
+
+// A worker that leaves while waiting stops waiting (CANCELLED).
+TEST(DataSourceTest, AWorkerLeavingStopsWaitingForALease) {
+  const Assignment a = AssignmentFor("chunks");
+  UnreachableLink link(1000, 3);
+  WorkerSession::Options o;
+  o.lease_backoff_max = absl::Milliseconds(5);
+  ParameterLayout layout = *ParameterLayout::ForMlp({4, 2}, 1, 1 << 20);
+  std::vector<float> params(layout.total_size());
+  WorkerSession session(o, a, &layout, params.data(), nullptr, &link);
+  auto source = DataSource::ForSpec(a.spec, 1000, &session);
+  source->StartGeneration();
+  EXPECT_EQ(source->Next(0).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(link.refused, 3);
 }
 
 }  // namespace

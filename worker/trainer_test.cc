@@ -113,7 +113,12 @@ TEST(TrainerTest, TheDevicePathOnASimulatedGpuEqualsTheHostPath) {
   for (int w = 0; w < 2; ++w) {
     ASSERT_TRUE(host[w].ok()) << host[w].status();
     ASSERT_TRUE(device[w].ok()) << device[w].status();
-    EXPECT_EQ(device[w]->params, host[w]->params);
+    // Bit for bit where OpenBLAS's kernel sums a split product as it sums
+    // the whole (it did on the machines this was written on); on others
+    // (an AMD EPYC with AVX2) the host path's per-partition forward rounds
+    // differently in the last bits. A stale or raced parameter differs by
+    // far more than this bound.
+    EXPECT_LE(MaxRelativeDifference(device[w]->params, host[w]->params), 1e-5);
     const auto* sim = static_cast<const SimulatedDeviceBackend*>(sims[w].get());
     EXPECT_GE(sim->async_to_device(), 10);
     EXPECT_GE(sim->async_to_host(), 10);

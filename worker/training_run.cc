@@ -20,6 +20,11 @@ WorkerSession::Options SessionOptions(const Trainer::Options& o,
     metrics::Counter* reconnects = m.reconnects;
     s.on_reconnect = [reconnects] { reconnects->Increment(); };
   }
+  if (metrics::Counter* waited = m.lease_wait_seconds; waited != nullptr) {
+    s.on_coordinator_wait = [waited](absl::Duration d) {
+      waited->Increment(absl::ToDoubleSeconds(d));
+    };
+  }
   return s;
 }
 

@@ -30,7 +30,11 @@ void WorkerAgent::Train(Trainer& trainer, const v1::WorkerAssignment& a) {
 }
 
 int WorkerAgent::Run() {
-  if (!link_.Start().ok()) return 0;
+  if (absl::Status s = link_.Start(); !s.ok()) {
+    // Shut down while registering is a normal exit; a refusal (logged by
+    // the link) is not.
+    return s.code() == absl::StatusCode::kCancelled ? 0 : 1;
+  }
   Trainer::Options trainer_options;
   trainer_options.worker_id = link_.worker_id();
   trainer_options.metrics = options_.metrics;

@@ -42,6 +42,11 @@ WorkerMetrics::WorkerMetrics(metrics::Registry& r)
           "fulcrum_worker_overlap_ratio",
           "Share of the communication (first push to new parameters) hidden "
           "behind this worker's compute (moving average).",
+          {"job_id"})),
+      lease_wait_seconds(r.AddCounter(
+          "fulcrum_worker_lease_wait_seconds_total",
+          "Time spent waiting for a chunk lease from a coordinator that did "
+          "not answer (no step is taken meanwhile).",
           {"job_id"})) {}
 
 WorkerMetrics::Job WorkerMetrics::ForJob(const std::string& job_id) {
@@ -55,7 +60,8 @@ WorkerMetrics::Job WorkerMetrics::ForJob(const std::string& job_id) {
           &test_accuracy.WithLabels({job_id}),
           &rejoins.WithLabels({job_id}),
           &reconnects.WithLabels({job_id}),
-          &overlap.WithLabels({job_id})};
+          &overlap.WithLabels({job_id}),
+          &lease_wait_seconds.WithLabels({job_id})};
 }
 
 }  // namespace fulcrum

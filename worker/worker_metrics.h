@@ -26,6 +26,7 @@ struct WorkerMetrics {
     metrics::Counter* rejoins;
     metrics::Counter* reconnects;
     metrics::Gauge* overlap;
+    metrics::Counter* lease_wait_seconds;
   };
   Job ForJob(const std::string& job_id);
 
@@ -40,6 +41,7 @@ struct WorkerMetrics {
   metrics::Family<metrics::Counter>& rejoins;
   metrics::Family<metrics::Counter>& reconnects;
   metrics::Family<metrics::Gauge>& overlap;
+  metrics::Family<metrics::Counter>& lease_wait_seconds;
 };
 
 }  // namespace fulcrum

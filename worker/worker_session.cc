@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/job_spec.h"
 #include "common/hash/hash.h"
+#include "common/net/retry.h"
 #include "common/status/status_macros.h"
 #include "worker/group_channel.h"
 
@@ -163,13 +164,51 @@ absl::StatusOr<std::optional<ChunkLease>> WorkerSession::LeaseChunk(
   request.set_dataset_size(dataset_size);
   for (int64_t id : done) request.add_done(id);
   for (int64_t id : in_flight) request.add_in_flight(id);
-  ASSIGN_OR_RETURN(const v1::LeaseChunkResponse got,
-                   link_->LeaseChunk(request));
+  ASSIGN_OR_RETURN(const v1::LeaseChunkResponse got, AwaitLease(request));
   *exhausted = got.exhausted();
   if (!got.has_chunk()) return std::optional<ChunkLease>();
   return std::optional<ChunkLease>(ChunkLease{got.chunk().chunk(), got.epoch(),
                                               got.chunk().begin(),
                                               got.chunk().end()});
+}
+
+absl::StatusOr<v1::LeaseChunkResponse> WorkerSession::AwaitLease(
+    const v1::LeaseChunkRequest& request) {
+  const absl::Time start = absl::Now();
+  absl::Time counted = start, next_log = start;
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<v1::LeaseChunkResponse> got = link_->LeaseChunk(request);
+    const bool unanswered =
+        !got.ok() && (got.status().code() == absl::StatusCode::kUnavailable ||
+                      got.status().code() == absl::StatusCode::kDeadlineExceeded);
+    if (!unanswered || Leaving()) {
+      if (attempt > 0) {
+        std::cerr << "fulcrum-worker: " << assignment_.job_id
+                  << ": the coordinator answered a chunk lease after "
+                  << absl::FormatDuration(absl::Trunc(absl::Now() - start,
+                                                      absl::Milliseconds(1)))
+                  << "\n";
+      }
+      if (unanswered) return absl::CancelledError("worker leaving the job");
+      return got;
+    }
+    if (absl::Now() >= next_log) {
+      std::cerr << "fulcrum-worker: " << assignment_.job_id
+                << ": no chunk lease, the coordinator does not answer ("
+                << got.status().message() << "): waiting, no step is taken "
+                << "without data\n";
+      next_log = absl::Now() + absl::Seconds(10);
+    }
+    absl::SleepFor(absl::FromChrono(
+        Backoff(attempt, std::chrono::milliseconds(50),
+                absl::ToChronoMilliseconds(options_.lease_backoff_max),
+                Mix64(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))))));
+    if (options_.on_coordinator_wait) {
+      const absl::Time now = absl::Now();
+      options_.on_coordinator_wait(now - counted);
+      counted = now;
+    }
+  }
 }
 
 void WorkerSession::Report(const v1::Progress& progress) {

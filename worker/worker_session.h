@@ -48,6 +48,11 @@ class WorkerSession {
     absl::Duration reconnect_timeout = absl::Seconds(30);
     // Called each time a broken connection re-opens; may be null.
     std::function<void()> on_reconnect;
+    // Called with each stretch of time LeaseChunk waited for a coordinator
+    // that did not answer; may be null.
+    std::function<void(absl::Duration)> on_coordinator_wait;
+    // The longest sleep between lease attempts while it does not answer.
+    absl::Duration lease_backoff_max = absl::Seconds(1);
   };
 
   // A session of the job in `first` (the worker's first assignment).
@@ -92,6 +97,10 @@ class WorkerSession {
   // see LeaseChunkRequest.in_flight). nullopt: nothing to lease now (others still train the last chunks;
   // ask again later), or *exhausted: every chunk of every epoch is done.
   // ABORTED: the generation ended. FAILED_PRECONDITION without a link.
+  // While the coordinator does not answer (UNAVAILABLE, DEADLINE_EXCEEDED)
+  // it waits - never an empty step for want of an answer - asking again
+  // with backoff up to lease_backoff_max, logging every 10 s, until it
+  // answers or the worker leaves (CANCELLED).
   absl::StatusOr<std::optional<ChunkLease>> LeaseChunk(
       const std::vector<int64_t>& done, int64_t dataset_size,
       bool* exhausted, const std::vector<int64_t>& in_flight = {});
@@ -104,6 +113,9 @@ class WorkerSession {
   absl::Status Close();
 
  private:
+  // link_->LeaseChunk until the coordinator answers (see LeaseChunk).
+  absl::StatusOr<v1::LeaseChunkResponse> AwaitLease(
+      const v1::LeaseChunkRequest& request);
   const Options options_;
   const ParameterLayout* const layout_;  // Not owned.
   float* const params_;                  // Not owned.

@@ -20,6 +20,11 @@ namespace fulcrum {
 // Largest message either side accepts: one 4 MiB chunk (the maximum
 // chunk_bytes) plus headroom for the envelope and a JobSpec.
 inline constexpr int kMaxMessageBytes = 8 << 20;
+// Keepalive ping interval and timeout on every connection (both ends), and
+// the longest wait between reconnection attempts: a link that heals is
+// noticed within about kReconnectMaxMs (docs/operations.md, outages).
+inline constexpr int kKeepaliveMs = 1000;
+inline constexpr int kReconnectMaxMs = 1000;
 
 // A channel with Fulcrum's limits and the process's transport security
 // (common/net/transport.h: TLS when configured, else plaintext).

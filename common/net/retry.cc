@@ -19,7 +19,10 @@ absl::Status RetryWithBackoff(
     if (s.ok()) return s;
     const bool retryable = options.retry_all ||
                            s.code() == absl::StatusCode::kUnavailable ||
-                           s.code() == absl::StatusCode::kDeadlineExceeded;
+                           s.code() == absl::StatusCode::kDeadlineExceeded ||
+                           std::find(options.also_retry.begin(),
+                                     options.also_retry.end(),
+                                     s.code()) != options.also_retry.end();
     if (!retryable ||
         (options.max_attempts > 0 && n + 1 >= options.max_attempts))
       return s;

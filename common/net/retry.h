@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
@@ -18,6 +19,8 @@ struct RetryOptions {
   std::chrono::milliseconds max{2000};
   int max_attempts = 0;    // 0: until it succeeds or is cancelled
   bool retry_all = false;  // else only UNAVAILABLE and DEADLINE_EXCEEDED
+  // Retried besides those two (e.g. RESOURCE_EXHAUSTED: a limit may free).
+  std::vector<absl::StatusCode> also_retry;
 };
 
 // Calls `attempt` until it returns OK, returns a status that is not retried,

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <signal.h>
@@ -19,15 +20,23 @@
 namespace fulcrum::testing {
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+pid_t Spawn(const std::vector<std::string>& argv, int out_fd, int err_fd,
+            const std::string& netns = "") {
   std::vector<char*> args;
   for (const std::string& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // Entered by the child itself (not `ip netns exec`, which forks), so
+  // that the pid is the program's own.
+  const std::string netns_path = netns.empty() ? "" : "/run/netns/" + netns;
   const pid_t pid = fork();
   if (pid == 0) {
     if (out_fd >= 0) dup2(out_fd, 1);
     if (err_fd >= 0) dup2(err_fd, 2);
+    if (!netns_path.empty()) {
+      const int fd = open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(126);
+    }
     execv(args[0], args.data());
     _exit(127);
   }
@@ -49,9 +58,10 @@ std::optional<int> WaitPid(pid_t pid, absl::Duration timeout) {
 
 }  // namespace
 
-Process::Process(const std::vector<std::string>& argv, const std::string& log) {
+Process::Process(const std::vector<std::string>& argv, const std::string& log,
+                 const std::string& netns) {
   const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  pid_ = Spawn(argv, fd, fd);
+  pid_ = Spawn(argv, fd, fd, netns);
   if (fd >= 0) close(fd);
 }
 
@@ -77,12 +87,13 @@ int Process::Stop(absl::Duration grace) {
 }
 
 RunResult RunCommand(const std::vector<std::string>& argv,
-                     absl::Duration timeout, const std::string& log) {
+                     absl::Duration timeout, const std::string& log,
+                     const std::string& netns) {
   const std::string out_path = TestTempDir() + "/run_command.out";
   const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const int err =
       log.empty() ? -1 : open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  const pid_t pid = Spawn(argv, out, err);
+  const pid_t pid = Spawn(argv, out, err, netns);
   close(out);
   if (err >= 0) close(err);
   RunResult result;

@@ -15,8 +15,11 @@ namespace fulcrum::testing {
 
 class Process {
  public:
-  // Starts argv[0] with stdout and stderr appended to `log`.
-  Process(const std::vector<std::string>& argv, const std::string& log);
+  // Starts argv[0] with stdout and stderr appended to `log`; in network
+  // namespace `netns` (a name under /run/netns, as `ip netns add` makes)
+  // when not empty.
+  Process(const std::vector<std::string>& argv, const std::string& log,
+          const std::string& netns = "");
   ~Process();  // SIGKILL + reap if still running
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
@@ -39,7 +42,8 @@ struct RunResult {
   std::string out;
 };
 RunResult RunCommand(const std::vector<std::string>& argv,
-                     absl::Duration timeout, const std::string& log = "");
+                     absl::Duration timeout, const std::string& log = "",
+                     const std::string& netns = "");
 
 // Path of a file in the test's runfiles (Bazel), e.g. "worker/fulcrum-worker".
 std::string Runfile(const std::string& path);

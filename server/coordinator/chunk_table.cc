@@ -32,6 +32,7 @@ void ChunkTable::Rebuild(const LedgerMap& ledger) {
   for (const auto& [id, entry] : ledger) EnsureEpoch(id / per);
   for (auto& [id, c] : chunks_) {
     c.holder.clear();
+    c.released = false;
     auto e = ledger.find(id);
     c.next = e == ledger.end()
                  ? c.begin
@@ -42,7 +43,9 @@ void ChunkTable::Rebuild(const LedgerMap& ledger) {
 
 void ChunkTable::Release(const std::string& worker) {
   for (auto& [id, c] : chunks_) {
-    if (c.holder == worker) c.holder.clear();
+    if (c.holder != worker) continue;
+    c.holder.clear();
+    c.released = true;
   }
 }
 
@@ -84,7 +87,7 @@ v1::LeaseChunkResponse ChunkTable::Lease(
       Chunk& c = chunks_[id];
       if (c.done) continue;
       all_done = false;
-      if (c.holder.empty()) {
+      if (c.holder.empty() && !c.released) {
         lease(id, c);
         return response;
       }

@@ -31,7 +31,10 @@ class ChunkTable {
 
   // Every chunk leased by no one and resumed at the ledger's end.
   void Rebuild(const LedgerMap& ledger);
-  // The worker left: its lease returns to the queue.
+  // The worker left: its lease returns to the queue at the next Rebuild,
+  // not before - the worker may have pushed more of it than the table knows
+  // (or, alive after all, still push in this generation), and only the
+  // ledger says where it resumes.
   void Release(const std::string& worker);
   // The most chunks one worker holds at once (in flight + the current one).
   static constexpr int kMaxInFlight = 4;
@@ -52,6 +55,7 @@ class ChunkTable {
     int64_t begin = 0, end = 0;  // positions in the epoch's order
     int64_t next = 0;            // where the next lease starts
     std::string holder;          // worker holding the lease, if any
+    bool released = false;       // its holder left: leased after Rebuild
     bool done = false;           // every sample pushed (or in the ledger)
   };
   void EnsureEpoch(int64_t epoch);

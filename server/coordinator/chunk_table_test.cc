@@ -39,5 +39,26 @@ TEST(ChunkTableTest, ChunksInFlightStayHeldAndANextOneIsLeased) {
   EXPECT_EQ(again.chunk().begin(), 14);
 }
 
+// A worker that left (or lapsed and may still push) gives its chunk back
+// only at the next generation, where the ledger says how far it got: handed
+// out at once, it was trained again from the lease's start (an epoch of a
+// cut-off coordinator's job trained 6,128 of 6,000 samples).
+TEST(ChunkTableTest, AReleasedChunkWaitsForTheNextRebuild) {
+  ChunkTable t(10, 1);
+  t.set_dataset_size(20);  // chunks 0, 1
+  EXPECT_EQ(t.Lease("a", {}).chunk().chunk(), 0);
+  t.Release("a");
+  EXPECT_EQ(t.Lease("b", {}).chunk().chunk(), 1);
+  v1::LeaseChunkResponse none = t.Lease("b", {}, {1});
+  EXPECT_FALSE(none.has_chunk()) << "chunk 0 is not leased again yet";
+  EXPECT_FALSE(none.exhausted());
+  LedgerMap ledger;
+  ledger[0].set_end(6);  // a trained [0, 6) before it left
+  t.Rebuild(ledger);
+  v1::LeaseChunkResponse again = t.Lease("c", {});
+  EXPECT_EQ(again.chunk().chunk(), 0);
+  EXPECT_EQ(again.chunk().begin(), 6);
+}
+
 }  // namespace
 }  // namespace fulcrum

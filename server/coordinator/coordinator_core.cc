@@ -39,8 +39,23 @@ Coordinator::~Coordinator() {
 
 void Coordinator::Start() {
   ticker_ = std::thread([this] {
-    while (!stop_.WaitForNotificationWithTimeout(options_.tick)) Tick();
+    absl::Time last = options_.env->Now();
+    while (!stop_.WaitForNotificationWithTimeout(options_.tick)) {
+      const absl::Time now = options_.env->Now();
+      const absl::Duration late = now - last - options_.tick;
+      last = now;
+      if (late > options_.heartbeat_interval) Resumed(late);
+      Tick();
+    }
   });
+}
+
+void Coordinator::Resumed(absl::Duration stalled) {
+  absl::MutexLock lock(&mu_);
+  std::cerr << "fulcrum-coordinator: this process did not run for "
+            << absl::FormatDuration(stalled)
+            << " (paused?): every lease is extended by that\n";
+  members_.ExtendLeases(stalled);
 }
 
 void Coordinator::Stop() {
@@ -85,7 +100,10 @@ void Coordinator::ExpireLeases(absl::Time now, Effects* e) {
   for (const WorkerMember& w : expired.workers) {
     e->lost_roles.push_back("worker");
     Job* job = FindJob(w.job_id);
-    if (job != nullptr && job->running()) DropMember(*job, w.id, "lost");
+    if (job != nullptr && job->running()) {
+      DropMember(*job, w.id, "lost");
+      job->lapsed.insert(w.id);
+    }
   }
   for (const std::string& id : expired.shards) {
     e->lost_roles.push_back("shard");
@@ -324,6 +342,18 @@ bool Coordinator::ReadyForRound(Job& job, absl::Time now, Effects* e) {
     job.next.force = true;  // rebuild the chunk table from the ledger
   }
   if (job.phase != JobPhase::kRunning || job.members.empty()) return false;
+  // Members that lapsed together (all paused, a link that healed) come back
+  // within moments of each other: once one is back, wait for the others
+  // rather than run a round without them and another with them.
+  for (auto it = job.lapsed.begin(); it != job.lapsed.end();) {
+    if (!members_.LapsedWorker(*it)) {
+      it = job.lapsed.erase(it);  // back, left, or forgotten
+    } else if (now < job.rejoin_until) {
+      return false;
+    } else {
+      ++it;
+    }
+  }
   return job.members != job.generation_workers() ||
          !job.next.missing_shards.empty() || job.next.restore ||
          !job.next.fresh_shards.empty() || job.next.force;

@@ -22,6 +22,7 @@
 #ifndef FULCRUM_SERVER_COORDINATOR_COORDINATOR_CORE_H_
 #define FULCRUM_SERVER_COORDINATOR_COORDINATOR_CORE_H_
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -93,6 +94,11 @@ class Coordinator {
   // Expires leases, starts pending jobs, offers places, plans rounds; the
   // calls to shards go to the executor.
   void Tick();
+  // The coordinator did not run for `stalled` (the ticker woke that much
+  // later than asked: a paused process or VM): it could hear no heartbeat
+  // meanwhile, so every member's lease is extended by that much instead of
+  // running out at the next Tick(). The ticker calls it; tests may.
+  void Resumed(absl::Duration stalled);
 
   // The user-facing calls.
   absl::StatusOr<std::string> SubmitJob(v1::JobSpec spec);
@@ -191,6 +197,12 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakePrepared(WorkerMember& w, const v1::WorkerHeartbeatRequest& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Rejoin(WorkerMember& w, const std::string& reported_job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A shard whose lease ran out while it was alive is heard from again: it
+  // takes back its place in each job that has not replaced it yet, and a
+  // job whose lost shards all came back needs no restore.
+  void ShardBack(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::WorkerHeartbeatResponse AssignmentOf(WorkerMember& w,
                                            const std::string& reported_job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -210,6 +222,11 @@ class Coordinator {
   // fitting): a failed last member leaves the job to it.
   // A shard refused an update that would have made values non-finite: an
   // event naming the worker, and the job fails if its spec says so.
+  // How long a round waits for a job's other lapsed members once one came
+  // back: two heartbeats, at least 1 s.
+  absl::Duration RejoinWait() const {
+    return std::max(absl::Seconds(1), 2 * options_.heartbeat_interval);
+  }
   // The heartbeat interval and the lease a registration answers with.
   template <typename Response>
   void SetTimings(Response* r) const {

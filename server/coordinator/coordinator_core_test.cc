@@ -29,6 +29,12 @@ v1::LedgerEntry Entry(int64_t chunk, int64_t end, int64_t samples) {
 
 using testing::TinySpec;
 
+int Count(const v1::JobStatus& s, const std::string& kind) {
+  int n = 0;
+  for (const v1::MembershipEvent& e : s.events()) n += e.kind() == kind;
+  return n;
+}
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   CoordinatorTest() : coordinator_(MakeOptions(), &shards_) {}
@@ -248,8 +254,12 @@ TEST_F(CoordinatorTest, LostWorkersLeaveTheJobWhichContinuesAndRegrows) {
   v1::WorkerAssignment a = Beat(w1, *id);
   EXPECT_EQ(a.generation(), 2);
   EXPECT_EQ(a.world_size(), 1);
+  // Heard from again (it was paused), w2 is taken back under its id, idle:
+  // it reports training nothing. Once it left it is gone for good.
   v1::WorkerHeartbeatRequest hb;
   hb.set_worker_id(w2);
+  ASSERT_TRUE(coordinator_.WorkerHeartbeat(hb).ok());
+  ASSERT_TRUE(coordinator_.Leave(w2).ok());
   EXPECT_EQ(coordinator_.WorkerHeartbeat(hb).status().code(),
             absl::StatusCode::kNotFound);
   // The last member leaves: the job waits for workers instead of failing.
@@ -278,6 +288,83 @@ TEST_F(CoordinatorTest, LostWorkersLeaveTheJobWhichContinuesAndRegrows) {
   EXPECT_FALSE(a.prepare());
   EXPECT_EQ(a.rank(), 0);
   EXPECT_EQ(a.generation(), 3);
+}
+
+// Every member's lease ran out at once (all paused, or the coordinator cut
+// off): heard from again, each takes its place back under its own id - the
+// workers rejoin, the shards keep their state - and the job trains on at a
+// new generation without a restore. (The job was wedged: the shards
+// registered anew, ended the job locally and refused every round.)
+TEST_F(CoordinatorTest, MembersWhoseLeasesLapsedTakeTheirPlacesBack) {
+  auto id = coordinator_.SubmitJob(Spec(2, 2, 2));
+  const std::string w1 = AddWorker(), w2 = AddWorker();
+  const std::string s1 = AddShard("127.0.0.1:1"), s2 = AddShard("127.0.0.1:2");
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  env_.Advance(absl::Seconds(8));
+  coordinator_.Tick();
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  ASSERT_EQ(status.state(), v1::RUNNING);
+  EXPECT_EQ(Count(status, "lost"), 4) << status.DebugString();
+  EXPECT_TRUE(shards_.reconfigures.empty()) << "no round without members";
+  for (const std::string& s : {s1, s2}) {
+    v1::ShardHeartbeatRequest beat;
+    beat.set_shard_id(s);
+    beat.set_address(s == s1 ? "127.0.0.1:1" : "127.0.0.1:2");
+    auto r = coordinator_.ShardHeartbeat(beat);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->active_jobs_size(), 1) << "the shard keeps the job";
+  }
+  Beat(w1, *id);
+  Beat(w2, *id);
+  coordinator_.Tick();
+  status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.state(), v1::RUNNING);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(std::vector<std::string>(status.workers().begin(),
+                                     status.workers().end()),
+            (std::vector<std::string>{w1, w2}));
+  EXPECT_EQ(std::vector<std::string>(status.shards().begin(),
+                                     status.shards().end()),
+            (std::vector<std::string>{s1, s2}));
+  EXPECT_EQ(Count(status, "rejoined"), 4);
+  ASSERT_FALSE(shards_.reconfigures.empty());
+  for (const auto& [address, r] : shards_.reconfigures)
+    EXPECT_FALSE(r.restore()) << "the shards' state is intact";
+  EXPECT_TRUE(shards_.inits.size() == 2) << "no shard initialised again";
+  EXPECT_EQ(Beat(w1, *id).generation(), 2);
+}
+
+// A process that registers at a lapsed shard's address is that shard
+// restarted: the old one's heartbeats are refused from then on.
+TEST_F(CoordinatorTest, ALapsedShardRestartedAtItsAddressIsNotTakenBack) {
+  const std::string s1 = AddShard("127.0.0.1:1");
+  env_.Advance(absl::Seconds(6));
+  coordinator_.Tick();
+  const std::string again = AddShard("127.0.0.1:1");
+  EXPECT_NE(again, s1);
+  v1::ShardHeartbeatRequest beat;
+  beat.set_shard_id(s1);
+  beat.set_address("127.0.0.1:1");
+  EXPECT_EQ(coordinator_.ShardHeartbeat(beat).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// The coordinator itself did not run (paused): it heard nobody, so the
+// time counts against nobody's lease.
+TEST_F(CoordinatorTest, ACoordinatorThatDidNotRunExpiresNobody) {
+  auto id = coordinator_.SubmitJob(Spec(1, 1, 1));
+  AddWorker();
+  AddShard("127.0.0.1:1");
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  env_.Advance(absl::Seconds(30));
+  coordinator_.Resumed(absl::Seconds(30));
+  coordinator_.Tick();
+  const v1::JobStatus status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(Count(status, "lost"), 0) << status.DebugString();
+  EXPECT_EQ(status.generation(), 1);
+  EXPECT_EQ(coordinator_.ListMembers().size(), 2u);
 }
 
 TEST_F(CoordinatorTest, WorkersJoinARunningJobUpToMax) {

@@ -64,6 +64,28 @@ absl::StatusOr<v1::RegisterShardResponse> Coordinator::RegisterShard(
   return response;
 }
 
+void Coordinator::ShardBack(const std::string& id) {
+  std::cerr << "fulcrum-coordinator: shard " << id
+            << " is back after its lease ran out\n";
+  for (auto& [job_id, job] : jobs_) {
+    if (!job->running()) continue;
+    for (int i = 0; i < job->status.shards_size(); ++i) {
+      if (job->status.shards(i) != id || !job->next.missing_shards.count(i))
+        continue;
+      job->next.missing_shards.erase(i);
+      job->rejoin_until = options_.env->Now() + RejoinWait();
+      AddEvent(*job, "rejoined", id);
+      // Its state is intact: a restore is needed only while another shard
+      // is still missing or a replacement starts empty.
+      if (job->next.missing_shards.empty() && job->next.fresh_shards.empty()) {
+        job->next.restore = false;
+        job->next.force = true;
+        job->status.set_message("");
+      }
+    }
+  }
+}
+
 void Coordinator::TakeNonFinite(Job& job, const std::string& shard_id,
                                 const v1::NonFiniteUpdates& n, Effects* e) {
   int64_t& seen = job.nonfinite_seen[shard_id];
@@ -127,6 +149,11 @@ absl::StatusOr<v1::ShardHeartbeatResponse> Coordinator::ShardBeat(
     const v1::ShardHeartbeatRequest& request, Effects* e) {
   absl::MutexLock lock(&mu_);
   ShardMember* s = members_.FindShard(request.shard_id());
+  if (s == nullptr) {
+    s = members_.ReadoptShard(request.shard_id(), request.address(),
+                              options_.env->Now());
+    if (s != nullptr) ShardBack(s->id);
+  }
   if (s == nullptr && members_.Adoptable(request.shard_id(), "s-") &&
       !request.address().empty()) {
     s = &members_.AdoptShard(request.shard_id(), request.address());

@@ -59,7 +59,13 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
 
 WorkerMember* Coordinator::AdoptOrFind(const v1::WorkerHeartbeatRequest& r) {
   WorkerMember* w = members_.FindWorker(r.worker_id());
-  if (w != nullptr || !members_.Adoptable(r.worker_id(), "w-")) return w;
+  if (w != nullptr) return w;
+  w = members_.ReadoptWorker(r.worker_id(), options_.env->Now());
+  if (w != nullptr) {
+    Rejoin(*w, r.job_id());
+    return w;
+  }
+  if (!members_.Adoptable(r.worker_id(), "w-")) return nullptr;
   // Issued before this coordinator restarted: take it back, with the job it
   // trains if it is a member of that job's generation.
   w = &members_.AdoptWorker(r.worker_id(), r.hostname(), r.device());
@@ -71,6 +77,34 @@ WorkerMember* Coordinator::AdoptOrFind(const v1::WorkerHeartbeatRequest& r) {
   std::cerr << "fulcrum-coordinator: re-adopted worker " << w->id
             << (w->job_id.empty() ? "" : " of " + w->job_id) << "\n";
   return w;
+}
+
+// A worker whose lease ran out while it was alive is heard from again: it
+// rejoins the job it still trains (the next round takes it back in, with
+// the chunk table rebuilt from the ledger), or is idle.
+void Coordinator::Rejoin(WorkerMember& w, const std::string& reported_job) {
+  Job* job = FindJob(w.job_id);
+  if (job != nullptr) job->lapsed.erase(w.id);
+  w.preparing = false;  // an offer made before the lapse is made again
+  const bool trains = job != nullptr && reported_job == w.job_id;
+  if (trains && job->phase == JobPhase::kEnded) {
+    // Keeps the job: the heartbeat's answer says how it ended.
+  } else if (trains && job->running() && job->phase != JobPhase::kFinishing &&
+             static_cast<int>(job->members.size()) <
+                 job->spec().workers().max()) {
+    if (std::find(job->members.begin(), job->members.end(), w.id) ==
+        job->members.end()) {
+      job->members.push_back(w.id);
+    }
+    job->next.force = true;
+    job->rejoin_until = options_.env->Now() + RejoinWait();
+    AddEvent(*job, "rejoined", w.id);
+  } else {
+    w.job_id.clear();
+  }
+  std::cerr << "fulcrum-coordinator: worker " << w.id
+            << " is back after its lease ran out"
+            << (w.job_id.empty() ? "" : ", in " + w.job_id) << "\n";
 }
 
 // A worker offered a place says it loaded the job's data (or could not).
@@ -132,7 +166,14 @@ v1::WorkerHeartbeatResponse Coordinator::AssignmentOf(
   const auto& members = job->status.workers();
   auto rank = std::find(members.begin(), members.end(), w.id);
   if (rank == members.end()) {
-    response.clear_assignment();
+    // A worker that trains the job and rejoins it (its lease lapsed) is told
+    // the job is still its own, with no generation: it waits for the one
+    // that takes it back in instead of leaving.
+    const bool rejoining =
+        reported_job == w.job_id &&
+        std::find(job->members.begin(), job->members.end(), w.id) !=
+            job->members.end();
+    if (!rejoining) response.clear_assignment();
     return response;
   }
   a->set_rank(static_cast<int32_t>(rank - members.begin()));
@@ -259,7 +300,8 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
     WorkerMember* w = members_.FindWorker(request.worker_id());
     const bool adopt =
         w == nullptr && members_.Adoptable(request.worker_id(), "w-");
-    if (w == nullptr && !adopt) {
+    const bool lapsed = w == nullptr && members_.LapsedWorker(request.worker_id());
+    if (w == nullptr && !adopt && !lapsed) {
       return absl::NotFoundError(
           absl::StrCat("worker_id '", Id(request.worker_id()), "' not found"));
     }
@@ -272,7 +314,10 @@ absl::StatusOr<v1::ReportProgressResponse> Coordinator::ReportProgress(
           absl::StrCat("worker ", request.worker_id(), " is not a member of ",
                        request.job_id()));
     }
-    if (adopt) {  // its report beat its heartbeat after a restart
+    if (lapsed) {  // its report beat the heartbeat that takes it back
+      w = members_.ReadoptWorker(request.worker_id(), options_.env->Now());
+      w->job_id = request.job_id();
+    } else if (adopt) {  // its report beat its heartbeat after a restart
       w = &members_.AdoptWorker(request.worker_id(), "", "");
       w->job_id = request.job_id();
     }
@@ -305,6 +350,20 @@ absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
     return absl::UnavailableError(
         "the coordinator restarted and is re-adopting the job's members; "
         "retry");
+  }
+  if (w == nullptr && members_.LapsedWorker(request.worker_id())) {
+    return absl::UnavailableError(absl::StrCat(
+        "worker_id '", Id(request.worker_id()), "': its lease ran out; its "
+        "next heartbeat takes it back; retry"));
+  }
+  // A member of this job asking for an older generation re-joins (the
+  // job moved on while it was away), whether or not the newer one has it.
+  if (w != nullptr && w->job_id == request.job_id() && job->running() &&
+      request.generation() < job->status.generation()) {
+    return absl::AbortedError(absl::StrCat(
+        "generation ", request.generation(), " is stale: job ",
+        request.job_id(), " is at generation ", job->status.generation(),
+        "; re-join"));
   }
   if (w == nullptr || !job->in_generation(request.worker_id())) {
     return absl::PermissionDeniedError(

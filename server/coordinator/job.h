@@ -66,6 +66,11 @@ struct Job {
   // table): a checkpoint is complete without them.
   std::set<int> checkpoints_nothing;
   absl::Time recover_after = absl::InfinitePast();  // kRecovering
+  // A member whose lease lapsed came back: until then the round waits for
+  // the generation's other lapsed members (Coordinator::Rejoin).
+  absl::Time rejoin_until = absl::InfinitePast();
+  // Members dropped because their lease lapsed, who may come back.
+  std::set<std::string> lapsed;
   absl::Time ready_since = absl::InfinitePast();    // kWaiting: min idle
   std::vector<std::string> shard_addresses;         // by shard index
   int64_t shard_bytes = 0;  // the most one shard holds for it (ShardBytes)

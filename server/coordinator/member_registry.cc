@@ -38,6 +38,12 @@ WorkerMember& MemberRegistry::AddWorker(const v1::RegisterWorkerRequest& r,
 
 ShardMember& MemberRegistry::AddShard(const std::string& address,
                                       absl::Time now, bool* persist) {
+  // A process registering at a lapsed shard's address is that shard
+  // restarted: the old one must not come back.
+  for (auto it = lapsed_shards_.begin(); it != lapsed_shards_.end();) {
+    it = it->second.first.address == address ? lapsed_shards_.erase(it)
+                                             : std::next(it);
+  }
   ShardMember s;
   s.id = NewId("s-", persist);
   s.address = address;
@@ -116,6 +122,7 @@ MemberRegistry::Expired MemberRegistry::Expire(absl::Time now,
       continue;
     }
     gone_.insert(it->first);
+    lapsed_workers_[it->first] = {it->second, now};
     expired.workers.push_back(std::move(it->second));
     it = workers_.erase(it);
   }
@@ -125,19 +132,77 @@ MemberRegistry::Expired MemberRegistry::Expire(absl::Time now,
       continue;
     }
     gone_.insert(it->first);
+    lapsed_shards_[it->first] = {std::move(it->second), now};
     expired.shards.push_back(it->first);
     it = shards_.erase(it);
   }
+  PruneLapsed(now);
   return expired;
+}
+
+void MemberRegistry::PruneLapsed(absl::Time now) {
+  // Oldest first: the maps are by id, so find the oldest each time; the
+  // count bound is reached only by a flood of lapses.
+  auto prune = [now](auto& lapsed) {
+    for (auto it = lapsed.begin(); it != lapsed.end();) {
+      it = now - it->second.second > kLapsedKeep ? lapsed.erase(it)
+                                                 : std::next(it);
+    }
+    while (lapsed.size() > kLapsedMost) {
+      auto oldest = std::min_element(
+          lapsed.begin(), lapsed.end(), [](const auto& a, const auto& b) {
+            return a.second.second < b.second.second;
+          });
+      lapsed.erase(oldest);
+    }
+  };
+  prune(lapsed_workers_);
+  prune(lapsed_shards_);
+}
+
+WorkerMember* MemberRegistry::ReadoptWorker(const std::string& id,
+                                            absl::Time now) {
+  auto it = lapsed_workers_.find(id);
+  if (it == lapsed_workers_.end()) return nullptr;
+  WorkerMember& w = workers_[id] = std::move(it->second.first);
+  lapsed_workers_.erase(it);
+  gone_.erase(id);
+  w.last_heartbeat = now;
+  return &w;
+}
+
+ShardMember* MemberRegistry::ReadoptShard(const std::string& id,
+                                          const std::string& address,
+                                          absl::Time now) {
+  auto it = lapsed_shards_.find(id);
+  if (it == lapsed_shards_.end() || it->second.first.address != address ||
+      ShardAt(address) != nullptr) {
+    return nullptr;
+  }
+  ShardMember& s = shards_[id] = std::move(it->second.first);
+  lapsed_shards_.erase(it);
+  gone_.erase(id);
+  s.last_heartbeat = now;
+  return &s;
+}
+
+void MemberRegistry::ExtendLeases(absl::Duration by) {
+  for (auto& [id, w] : workers_) {
+    w.last_heartbeat += by;
+    if (w.preparing) w.prepare_until += by;
+  }
+  for (auto& [id, s] : shards_) s.last_heartbeat += by;
 }
 
 void MemberRegistry::RemoveWorker(const std::string& id) {
   workers_.erase(id);
+  lapsed_workers_.erase(id);
   gone_.insert(id);
 }
 
 bool MemberRegistry::RemoveShard(const std::string& id) {
   gone_.insert(id);
+  lapsed_shards_.erase(id);
   return shards_.erase(id) > 0;
 }
 

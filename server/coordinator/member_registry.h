@@ -78,12 +78,31 @@ class MemberRegistry {
                             const std::string& device);
   ShardMember& AdoptShard(const std::string& id, const std::string& address);
 
-  // Members whose lease ran out by `now`, removed (and never adopted).
+  // Members whose lease ran out by `now`, removed. They are kept as
+  // *lapsed* for kLapsedKeep (at most kLapsedMost of them): a lease runs out
+  // for a live process too (paused, swapping, cut off), and its next
+  // heartbeat takes it back (Readopt*) with what the coordinator knew of it,
+  // instead of making it register as a stranger.
   struct Expired {
     std::vector<WorkerMember> workers;
     std::vector<std::string> shards;
   };
   Expired Expire(absl::Time now, absl::Duration lease);
+  static constexpr absl::Duration kLapsedKeep = absl::Minutes(10);
+  static constexpr size_t kLapsedMost = 4096;
+  // A lapsed member heard from again, back in the registry (its lease
+  // renewed at `now`); null when `id` is not lapsed. A shard comes back only
+  // at the address it had, and only while no live shard serves it (a
+  // process restarted there registered meanwhile).
+  WorkerMember* ReadoptWorker(const std::string& id, absl::Time now);
+  bool LapsedWorker(const std::string& id) const {
+    return lapsed_workers_.count(id) > 0;
+  }
+  ShardMember* ReadoptShard(const std::string& id, const std::string& address,
+                            absl::Time now);
+  // Every live member's lease renewed by `by`: the coordinator itself was
+  // not running for that long (paused, descheduled), so it heard nobody.
+  void ExtendLeases(absl::Duration by);
   // The member left (or restarted): removed, never adopted.
   void RemoveWorker(const std::string& id);
   bool RemoveShard(const std::string& id);
@@ -103,6 +122,10 @@ class MemberRegistry {
   std::map<std::string, WorkerMember> workers_;
   std::map<std::string, ShardMember> shards_;
   std::set<std::string> gone_;  // expired or left since the restart
+  // Expired members that may come back, with the time their lease ran out.
+  std::map<std::string, std::pair<WorkerMember, absl::Time>> lapsed_workers_;
+  std::map<std::string, std::pair<ShardMember, absl::Time>> lapsed_shards_;
+  void PruneLapsed(absl::Time now);
 };
 
 }  // namespace fulcrum

@@ -391,6 +391,25 @@ TEST(ParameterShardTest, InitIsIdempotentAndChecksSpec) {
   EXPECT_EQ(shard.Find("job-1").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A job ended here (the shard's coordinator stopped listing it for a while)
+// and placed here again is a new incarnation: InitJob replaces the ended
+// one instead of handing it back (every round then failed "job has ended"
+// and the job was wedged).
+TEST(ParameterShardTest, InitAfterEndMakesTheJobAnew) {
+  ParameterShard shard;
+  JobInit init = TinyJob({"a"});
+  auto first = shard.InitJob(init);
+  ASSERT_TRUE(first.ok());
+  shard.EndJob(init.job_id);
+  init.generation = 2;
+  auto again = shard.InitJob(init);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(first->get(), again->get());
+  EXPECT_FALSE((*again)->ended());
+  EXPECT_TRUE((*first)->ended());
+  EXPECT_EQ(shard.Find(init.job_id)->get(), again->get());
+}
+
 TEST(ParameterShardTest, KeepsOnlyTheLastEndedJobs) {
   ParameterShard shard;
   const int jobs = ParameterShard::kKeepEnded + 2;

@@ -35,10 +35,20 @@ absl::StatusOr<std::shared_ptr<JobShard>> ParameterShard::InitJob(
                                      init.spec.checkpoint().dir(),
                                      "checkpoint.dir"));
   }
+  std::shared_ptr<JobShard> replaced;  // released outside the lock
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(init.job_id);
-    if (it != jobs_.end()) {
+    if (it != jobs_.end() && it->second->ended()) {
+      // Ended here (kept for export) but the coordinator places the job on
+      // this shard again - e.g. it ended the job when its coordinator forgot
+      // it for a while: a new incarnation replaces the ended one, which
+      // otherwise refused every round ("job has ended") and wedged the job.
+      ended_.erase(std::remove(ended_.begin(), ended_.end(), init.job_id),
+                   ended_.end());
+      replaced = std::move(it->second);
+      jobs_.erase(it);
+    } else if (it != jobs_.end()) {
       RETURN_IF_ERROR(SameInit(it->second->init(), init));
       return it->second;
     }

@@ -31,6 +31,7 @@ class ParameterShard {
       : checkpoint_root_(std::move(checkpoint_root)) {}
 
   // Creates the job's partitions, or confirms an identical earlier InitJob.
+  // A job that ended here is replaced by a new one.
   // FAILED_PRECONDITION if the job exists with another spec or placement;
   // INVALID_ARGUMENT naming checkpoint.dir when it leads out of the root.
   absl::StatusOr<std::shared_ptr<JobShard>> InitJob(const JobInit& init);

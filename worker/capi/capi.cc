@@ -234,6 +234,10 @@ int fulcrum_join(fulcrum_worker* w, float* params, int64_t timeout_ms,
   o.rejoin_timeout = w->rejoin_timeout;
   fulcrum::metrics::Counter* reconnects = w->job_metrics.reconnects;
   o.on_reconnect = [reconnects] { reconnects->Increment(); };
+  fulcrum::metrics::Counter* waited = w->job_metrics.lease_wait_seconds;
+  o.on_coordinator_wait = [waited](absl::Duration d) {
+    waited->Increment(absl::ToDoubleSeconds(d));
+  };
   w->session = std::make_unique<fulcrum::WorkerSession>(
       o, *a, &*w->layout, w->params, &w->channels, w->link.get());
   absl::StatusOr<int64_t> first = w->session->Join();
