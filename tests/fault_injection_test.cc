@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "server/ps/checkpoint.h"
 #include "server/ps/embedding/table_format.h"
+#include "tests/job_waits.h"
 #include "tests/process_cluster.h"
 
 namespace fulcrum {
@@ -58,28 +59,12 @@ class FaultTest : public ::testing::Test {
   }
 
   std::string Submit(ProcessCluster& c, const std::string& job) {
-    testing::RunResult r = c.Ctl({"submit", job});
-    EXPECT_EQ(r.exit_code, 0) << r.out << c.Logs();
-    return r.out.substr(0, r.out.find('\n'));
+    return testing::SubmitJob(c, job);
   }
-
-  // Polls the job's status until `done` holds or `timeout` passes.
   v1::JobStatus WaitFor(ProcessCluster& c, const std::string& job,
                         const std::function<bool(const v1::JobStatus&)>& done,
                         absl::Duration timeout, const std::string& what) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::JobStatus last;
-    while (absl::Now() < deadline) {
-      absl::StatusOr<v1::JobStatus> s = c.Status(job);
-      if (s.ok()) {
-        last = *s;
-        if (done(last)) return last;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ADD_FAILURE() << "timed out waiting for " << what << "; last status:\n"
-                  << last.DebugString() << c.Logs();
-    return last;
+    return testing::WaitForJob(c, job, done, timeout, what);
   }
 
   // Waits (up to 60 s) until the job runs at step `step` or later.
@@ -93,10 +78,7 @@ class FaultTest : public ::testing::Test {
         absl::Seconds(60), absl::StrCat("step ", step));
   }
 
-  static bool Ended(const v1::JobStatus& s) {
-    return s.state() == v1::SUCCEEDED || s.state() == v1::FAILED ||
-           s.state() == v1::CANCELLED;
-  }
+  static bool Ended(const v1::JobStatus& s) { return testing::JobEnded(s); }
 
   // The job succeeded with accuracy, and every epoch trained each sample
   // exactly once (the ledger reaches the coordinator with a heartbeat).
@@ -157,9 +139,7 @@ eval_every_steps: 100000
   }
 
   static int Count(const v1::JobStatus& s, const std::string& kind) {
-    int n = 0;
-    for (const v1::MembershipEvent& e : s.events()) n += e.kind() == kind;
-    return n;
+    return testing::CountEvents(s, kind);
   }
 };
 

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "common/testing/process.h"
 #include "gtest/gtest.h"
+#include "tests/job_waits.h"
 #include "tests/multihost/host_network.h"
 #include "tests/process_cluster.h"
 
@@ -59,16 +60,7 @@ checkpoint: {every_steps: 50, dir: ckpt-)"
   return path;
 }
 
-bool Ended(const v1::JobStatus& s) {
-  return s.state() == v1::SUCCEEDED || s.state() == v1::FAILED ||
-         s.state() == v1::CANCELLED;
-}
-
-int Count(const v1::JobStatus& s, const std::string& kind) {
-  int n = 0;
-  for (const v1::MembershipEvent& e : s.events()) n += e.kind() == kind;
-  return n;
-}
+bool Ended(const v1::JobStatus& s) { return testing::JobEnded(s); }
 
 class OutageTest : public ::testing::Test {
  protected:
@@ -103,27 +95,12 @@ class OutageTest : public ::testing::Test {
   }
 
   std::string Submit(ProcessCluster& c, const std::string& job) {
-    testing::RunResult r = c.Ctl({"submit", job});
-    EXPECT_EQ(r.exit_code, 0) << r.out << c.Logs();
-    return r.out.substr(0, r.out.find('\n'));
+    return testing::SubmitJob(c, job);
   }
-
   v1::JobStatus WaitFor(ProcessCluster& c, const std::string& job,
                         const std::function<bool(const v1::JobStatus&)>& done,
                         absl::Duration timeout, const std::string& what) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::JobStatus last;
-    while (absl::Now() < deadline) {
-      absl::StatusOr<v1::JobStatus> s = c.Status(job);
-      if (s.ok()) {
-        last = *s;
-        if (done(last)) return last;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    ADD_FAILURE() << "timed out waiting for " << what << "; last status:\n"
-                  << last.DebugString() << c.Logs();
-    return last;
+    return testing::WaitForJob(c, job, done, timeout, what);
   }
 
   v1::JobStatus WaitForStep(ProcessCluster& c, const std::string& job,
