@@ -383,8 +383,8 @@ TEST(RandomKWireTest, TenPercentRoundsAlikeOnEveryTransportAndStillTrains) {
 // asynchronously while backward goes on; parameters copied in partition by
 // partition as they arrive) on a simulated GPU whose copies land as late as
 // a real one's may, and which fails on any unordered access: the same
-// parameters as the host path, bit for bit (two workers: a two-term sum does
-// not depend on arrival order).
+// parameters as the host path (two workers: a two-term sum does not depend
+// on arrival order).
 TEST(DevicePathTest, ASimulatedGpuTrainsExactlyLikeTheHost) {
   for (Transport transport : {Transport::kGrpc, Transport::kLocal})
   for (int shards : {1, 3}) {
@@ -401,7 +401,13 @@ TEST(DevicePathTest, ASimulatedGpuTrainsExactlyLikeTheHost) {
       ASSERT_EQ(host.errors[w], "");
       ASSERT_EQ(device.errors[w], "") << shards << " shards";
       EXPECT_EQ(device.results[w].progress.step(), 20);
-      EXPECT_EQ(device.results[w].params, host.results[w].params)
+      // Bit for bit where OpenBLAS sums the host path's per-partition
+      // products as it sums the whole (as on the machines this was written
+      // on); an AMD EPYC (AVX2 kernels) rounds the last bits differently. A
+      // stale or raced parameter differs by far more.
+      EXPECT_LE(RelativeNormDifference(device.results[w].params,
+                                       host.results[w].params),
+                1e-6)
           << "worker " << w << ", " << shards << " shards";
       const auto* sim =
           static_cast<const SimulatedDeviceBackend*>(device.backends[w].get());

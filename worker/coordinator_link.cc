@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "common/dataplane/host_id.h"
 #include "common/net/grpc_options.h"
 #include "common/net/member_credential.h"
 #include "common/net/retry.h"
@@ -17,6 +18,7 @@ CoordinatorLink::CoordinatorLink(Options options)
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   hostname_ = host[0] != 0 ? host : "localhost";
+  host_id_ = HostId();
 }
 
 CoordinatorLink::~CoordinatorLink() {
@@ -33,6 +35,7 @@ void CoordinatorLink::Shutdown() {
 absl::Status CoordinatorLink::Register() {
   v1::RegisterWorkerRequest request;
   request.set_hostname(hostname_);
+  request.set_host_id(host_id_);
   request.set_device(options_.device);
   request.set_job_id(options_.job_id);
   v1::RegisterWorkerResponse response;
@@ -91,6 +94,7 @@ bool CoordinatorLink::Heartbeat() {
     poke_ = false;
   }
   request.set_hostname(hostname_);
+  request.set_host_id(host_id_);
   request.set_device(options_.device);
   grpc::ClientContext context;
   SetTimeout(&context,

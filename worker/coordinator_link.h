@@ -83,6 +83,7 @@ class CoordinatorLink : public JobLink {
   const Options options_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::string hostname_;
+  std::string host_id_;  // common/dataplane/host_id.h
   absl::Notification shutdown_;
   std::thread heartbeat_;
 

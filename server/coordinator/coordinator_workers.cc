@@ -13,6 +13,7 @@
 #include "common/config/job_spec.h"
 #include "common/config/model_layout.h"
 #include "common/status/status_macros.h"
+#include "common/dataplane/host_id.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/echo.h"
 #include "server/coordinator/job_status_view.h"
@@ -28,6 +29,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   if (request.device().size() > 256) {
     return absl::InvalidArgumentError(absl::StrCat(
         "device must be at most 256 bytes, got ", request.device().size()));
+  }
+  if (request.host_id().size() > kMaxHostIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_id must be at most ", kMaxHostIdBytes,
+                     " bytes, got ", request.host_id().size()));
   }
   v1::RegisterWorkerResponse response;
   uint64_t ticket = 0;
@@ -69,6 +75,7 @@ WorkerMember* Coordinator::AdoptOrFind(const v1::WorkerHeartbeatRequest& r) {
   // Issued before this coordinator restarted: take it back, with the job it
   // trains if it is a member of that job's generation.
   w = &members_.AdoptWorker(r.worker_id(), r.hostname(), r.device());
+  w->host_id = r.host_id();
   const Job* job = FindJob(r.job_id());
   if (job != nullptr &&
       (job->in_generation(w->id) || job->phase == JobPhase::kEnded)) {
@@ -193,7 +200,7 @@ void Coordinator::AddHostGroup(const WorkerMember& w,
                                v1::WorkerAssignment* a) {
   for (const std::string& id : members) {
     const WorkerMember* peer = members_.FindWorker(id);
-    if (peer != nullptr && peer->hostname == w.hostname)
+    if (peer != nullptr && peer->GroupHost() == w.GroupHost())
       a->add_host_group()->set_worker_id(id);
   }
   if (a->host_group_size() < 2) a->clear_host_group();
@@ -201,6 +208,11 @@ void Coordinator::AddHostGroup(const WorkerMember& w,
 
 absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
     const v1::WorkerHeartbeatRequest& request) {
+  if (request.host_id().size() > kMaxHostIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_id must be at most ", kMaxHostIdBytes,
+                     " bytes, got ", request.host_id().size()));
+  }
   absl::MutexLock lock(&mu_);
   WorkerMember* w = AdoptOrFind(request);
   if (w == nullptr) {

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "common/concurrency/executor.h"
+#include "common/dataplane/host_id.h"
 #include "common/net/member_credential.h"
 #include "common/testing/fault_injection_env.h"
 #include "gtest/gtest.h"
@@ -68,6 +69,50 @@ TEST(HostGroupTest, MembersOnOneHostFormAGroupInRankOrder) {
   auto off = Assignments({"a", "a"}, false, &off_ids);
   for (const std::string& id : off_ids)
     EXPECT_EQ(off[id].host_group_size(), 0) << "pre_reduce is off";
+}
+
+// Two machines with one hostname (cloned VMs, containers with a fixed
+// name) are two hosts: a group forms by host_id (the boot id and the
+// /dev/shm mount), not by name. A worker with no host_id falls back to its
+// hostname.
+TEST(HostGroupTest, AGroupIsTheWorkersOfOneHostIdNotOfOneHostname) {
+  testing::FaultInjectionEnv env;
+  InlineExecutor executor;
+  testing::FakeShards shards;
+  Coordinator::Options o;
+  o.env = &env;
+  o.executor = &executor;
+  Coordinator c(o, &shards);
+  v1::JobSpec spec = testing::TinySpec(4, 4, 1);
+  spec.mutable_wire()->set_pre_reduce(true);
+  ASSERT_TRUE(c.SubmitJob(spec).ok());
+  std::vector<std::string> ids;
+  for (const char* host_id : {"boot-1/5:1", "boot-2/5:1", "boot-1/5:1", ""}) {
+    v1::RegisterWorkerRequest r = testing::WorkerOn("clone");
+    r.set_host_id(host_id);
+    ids.push_back(c.RegisterWorker(r)->worker_id());
+  }
+  v1::RegisterShardRequest shard;
+  shard.set_address("127.0.0.1:1");
+  ASSERT_TRUE(c.RegisterShard(shard).ok());
+  c.Tick();
+  std::map<std::string, v1::WorkerAssignment> a;
+  for (const std::string& id : ids) {
+    v1::WorkerHeartbeatRequest beat;
+    beat.set_worker_id(id);
+    a[id] = c.WorkerHeartbeat(beat)->assignment();
+  }
+  const std::vector<std::string> machine1 = {ids[0], ids[2]};
+  EXPECT_EQ(Group(a[ids[0]]), machine1);
+  EXPECT_EQ(Group(a[ids[2]]), machine1);
+  EXPECT_EQ(a[ids[1]].host_group_size(), 0) << "same name, another machine";
+  EXPECT_EQ(a[ids[3]].host_group_size(), 0) << "no host_id: by hostname";
+
+  v1::RegisterWorkerRequest bad = testing::WorkerOn("clone");
+  bad.set_host_id(std::string(kMaxHostIdBytes + 1, 'x'));
+  auto refused = c.RegisterWorker(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("host_id"), std::string::npos);
 }
 
 TEST(HostGroupTest, TheLeaderAloneGetsItsPeersCredentials) {

@@ -29,6 +29,7 @@ WorkerMember& MemberRegistry::AddWorker(const v1::RegisterWorkerRequest& r,
   WorkerMember w;
   w.id = NewId("w-", persist);
   w.hostname = r.hostname();
+  w.host_id = r.host_id();
   w.device = r.device().empty() ? "cpu" : r.device();
   w.pinned_job = r.job_id();
   w.last_heartbeat = now;

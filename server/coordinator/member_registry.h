@@ -22,6 +22,12 @@ namespace fulcrum {
 
 struct WorkerMember {
   std::string id, hostname, device;
+  // Where its shared memory can be mapped (host_id.h); host groups form
+  // among members with one GroupHost().
+  std::string host_id;
+  std::string GroupHost() const {
+    return host_id.empty() ? "hostname:" + hostname : host_id;
+  }
   std::string job_id;      // the job it trains, or was offered
   int64_t generation = 0;  // of job_id, as last reported
   absl::Time last_heartbeat;
