@@ -12,13 +12,23 @@
 #include "common/config/confined_path.h"
 #include "common/config/job_spec.h"
 #include "common/config/model_layout.h"
-#include "common/status/status_macros.h"
 #include "common/dataplane/host_id.h"
+#include "common/status/status_macros.h"
 #include "server/coordinator/coordinator_core.h"
 #include "server/coordinator/echo.h"
 #include "server/coordinator/job_status_view.h"
 
 namespace fulcrum {
+namespace {
+
+absl::Status CheckHostId(const std::string& host_id) {
+  if (host_id.size() <= kMaxHostIdBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("host_id must be at most ",
+                                                 kMaxHostIdBytes,
+                                                 " bytes, got ", host_id.size()));
+}
+
+}  // namespace
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& request) {
@@ -30,11 +40,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     return absl::InvalidArgumentError(absl::StrCat(
         "device must be at most 256 bytes, got ", request.device().size()));
   }
-  if (request.host_id().size() > kMaxHostIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("host_id must be at most ", kMaxHostIdBytes,
-                     " bytes, got ", request.host_id().size()));
-  }
+  RETURN_IF_ERROR(CheckHostId(request.host_id()));
   v1::RegisterWorkerResponse response;
   uint64_t ticket = 0;
   {
@@ -208,11 +214,7 @@ void Coordinator::AddHostGroup(const WorkerMember& w,
 
 absl::StatusOr<v1::WorkerHeartbeatResponse> Coordinator::WorkerHeartbeat(
     const v1::WorkerHeartbeatRequest& request) {
-  if (request.host_id().size() > kMaxHostIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("host_id must be at most ", kMaxHostIdBytes,
-                     " bytes, got ", request.host_id().size()));
-  }
+  RETURN_IF_ERROR(CheckHostId(request.host_id()));
   absl::MutexLock lock(&mu_);
   WorkerMember* w = AdoptOrFind(request);
   if (w == nullptr) {
