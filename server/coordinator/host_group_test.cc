@@ -18,10 +18,12 @@
 namespace fulcrum {
 namespace {
 
-// The assignments of a running job of workers on `hosts` (by worker id).
+// The assignments of a running job of workers on `hosts` (by worker id),
+// registered with `host_ids` when given (one per host).
 std::map<std::string, v1::WorkerAssignment> Assignments(
     const std::vector<std::string>& hosts, bool pre_reduce,
-    std::vector<std::string>* ids) {
+    std::vector<std::string>* ids,
+    const std::vector<std::string>& host_ids = {}) {
   testing::FaultInjectionEnv env;
   InlineExecutor executor;
   testing::FakeShards shards;
@@ -33,8 +35,11 @@ std::map<std::string, v1::WorkerAssignment> Assignments(
                                        static_cast<int>(hosts.size()), 1);
   spec.mutable_wire()->set_pre_reduce(pre_reduce);
   EXPECT_TRUE(c.SubmitJob(spec).ok());
-  for (const std::string& host : hosts)
-    ids->push_back(c.RegisterWorker(testing::WorkerOn(host))->worker_id());
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    v1::RegisterWorkerRequest r = testing::WorkerOn(hosts[i]);
+    if (!host_ids.empty()) r.set_host_id(host_ids[i]);
+    ids->push_back(c.RegisterWorker(r)->worker_id());
+  }
   v1::RegisterShardRequest shard;
   shard.set_address("127.0.0.1:1");
   EXPECT_TRUE(c.RegisterShard(shard).ok());
@@ -76,6 +81,18 @@ TEST(HostGroupTest, MembersOnOneHostFormAGroupInRankOrder) {
 // /dev/shm mount), not by name. A worker with no host_id falls back to its
 // hostname.
 TEST(HostGroupTest, AGroupIsTheWorkersOfOneHostIdNotOfOneHostname) {
+  std::vector<std::string> ids;
+  auto a = Assignments({"clone", "clone", "clone", "clone"}, true, &ids,
+                       {"boot-1/5:1", "boot-2/5:1", "boot-1/5:1", ""});
+  const std::vector<std::string> machine1 = {ids[0], ids[2]};
+  EXPECT_EQ(Group(a[ids[0]]), machine1);
+  EXPECT_EQ(Group(a[ids[2]]), machine1);
+  EXPECT_EQ(a[ids[1]].host_group_size(), 0) << "same name, another machine";
+  EXPECT_EQ(a[ids[3]].host_group_size(), 0) << "no host_id: by hostname";
+}
+
+// A host_id past the bound is refused, naming the field.
+TEST(HostGroupTest, AnOverlongHostIdIsRefused) {
   testing::FaultInjectionEnv env;
   InlineExecutor executor;
   testing::FakeShards shards;
@@ -83,36 +100,12 @@ TEST(HostGroupTest, AGroupIsTheWorkersOfOneHostIdNotOfOneHostname) {
   o.env = &env;
   o.executor = &executor;
   Coordinator c(o, &shards);
-  v1::JobSpec spec = testing::TinySpec(4, 4, 1);
-  spec.mutable_wire()->set_pre_reduce(true);
-  ASSERT_TRUE(c.SubmitJob(spec).ok());
-  std::vector<std::string> ids;
-  for (const char* host_id : {"boot-1/5:1", "boot-2/5:1", "boot-1/5:1", ""}) {
-    v1::RegisterWorkerRequest r = testing::WorkerOn("clone");
-    r.set_host_id(host_id);
-    ids.push_back(c.RegisterWorker(r)->worker_id());
-  }
-  v1::RegisterShardRequest shard;
-  shard.set_address("127.0.0.1:1");
-  ASSERT_TRUE(c.RegisterShard(shard).ok());
-  c.Tick();
-  std::map<std::string, v1::WorkerAssignment> a;
-  for (const std::string& id : ids) {
-    v1::WorkerHeartbeatRequest beat;
-    beat.set_worker_id(id);
-    a[id] = c.WorkerHeartbeat(beat)->assignment();
-  }
-  const std::vector<std::string> machine1 = {ids[0], ids[2]};
-  EXPECT_EQ(Group(a[ids[0]]), machine1);
-  EXPECT_EQ(Group(a[ids[2]]), machine1);
-  EXPECT_EQ(a[ids[1]].host_group_size(), 0) << "same name, another machine";
-  EXPECT_EQ(a[ids[3]].host_group_size(), 0) << "no host_id: by hostname";
-
   v1::RegisterWorkerRequest bad = testing::WorkerOn("clone");
   bad.set_host_id(std::string(kMaxHostIdBytes + 1, 'x'));
   auto refused = c.RegisterWorker(bad);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("host_id"), std::string::npos);
+  EXPECT_TRUE(c.ListMembers().empty());
 }
 
 TEST(HostGroupTest, TheLeaderAloneGetsItsPeersCredentials) {

@@ -30,6 +30,8 @@ namespace {
 
 using testing::HostNetwork;
 using testing::ProcessCluster;
+using testing::SubmitJob;
+using testing::WaitForJob;
 
 constexpr char kDataset[] =
     "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
@@ -94,18 +96,9 @@ class OutageTest : public ::testing::Test {
             }};
   }
 
-  std::string Submit(ProcessCluster& c, const std::string& job) {
-    return testing::SubmitJob(c, job);
-  }
-  v1::JobStatus WaitFor(ProcessCluster& c, const std::string& job,
-                        const std::function<bool(const v1::JobStatus&)>& done,
-                        absl::Duration timeout, const std::string& what) {
-    return testing::WaitForJob(c, job, done, timeout, what);
-  }
-
   v1::JobStatus WaitForStep(ProcessCluster& c, const std::string& job,
                             int64_t step) {
-    return WaitFor(
+    return WaitForJob(
         c, job,
         [step](const v1::JobStatus& s) {
           return Ended(s) || s.progress().step() >= step;
@@ -119,11 +112,11 @@ class OutageTest : public ::testing::Test {
   absl::Duration ExpectResumed(ProcessCluster& c, const std::string& job,
                                int64_t before, absl::Duration limit) {
     const absl::Time ended = absl::Now();
-    v1::JobStatus s = WaitFor(
+    v1::JobStatus s = WaitForJob(
         c, job, [](const v1::JobStatus&) { return true; }, absl::Seconds(30),
         "a status after the fault");
     const int64_t from = std::max(before, s.progress().step());
-    s = WaitFor(
+    s = WaitForJob(
         c, job,
         [from](const v1::JobStatus& s) {
           return Ended(s) || s.progress().step() >= from + kResumedSteps;
@@ -143,11 +136,11 @@ class OutageTest : public ::testing::Test {
   // steps within 1% of an undisturbed run's.
   void ExpectFinishedLikeUndisturbed(ProcessCluster& c,
                                      const std::string& job) {
-    v1::JobStatus s = WaitFor(
+    v1::JobStatus s = WaitForJob(
         c, job, [](const v1::JobStatus& s) { return Ended(s); },
         absl::Minutes(4), "the job to end");
     ASSERT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
-    s = WaitFor(
+    s = WaitForJob(
         c, job,
         [](const v1::JobStatus& s) {
           if (s.epochs_size() != kEpochs) return false;
@@ -175,8 +168,8 @@ class OutageTest : public ::testing::Test {
     if (steps > 0) return steps;
     ProcessCluster c("undisturbed", Cluster());
     if (c.address().empty()) return 0;
-    const std::string job = Submit(c, Job("undisturbed", Epochs()));
-    v1::JobStatus s = WaitFor(
+    const std::string job = SubmitJob(c, Job("undisturbed", Epochs()));
+    v1::JobStatus s = WaitForJob(
         c, job, [](const v1::JobStatus& s) { return Ended(s); },
         absl::Minutes(4), "the undisturbed job to end");
     if (s.state() == v1::SUCCEEDED) steps = s.progress().step();
@@ -206,7 +199,7 @@ class OutageTest : public ::testing::Test {
                     absl::Duration resume_limit = absl::Seconds(2)) {
     ProcessCluster c(name, Cluster());
     ASSERT_FALSE(c.address().empty()) << c.Logs();
-    const std::string job = Submit(c, Job(name, Epochs()));
+    const std::string job = SubmitJob(c, Job(name, Epochs()));
     v1::JobStatus s = WaitForStep(c, job, 60);
     ASSERT_FALSE(Ended(s)) << "the job ended before the fault\n"
                            << s.DebugString();
@@ -287,7 +280,7 @@ TEST_F(OutageTest, CoordinatorKilled5sDuringAMaxStepsJob) {
                    Cluster({"--state_dir=" + state}));
   ASSERT_FALSE(c.address().empty()) << c.Logs();
   const std::string extra = "epochs: 100\nmax_steps: 500\n";
-  const std::string job = Submit(c, Job("kill-coordinator-5", extra));
+  const std::string job = SubmitJob(c, Job("kill-coordinator-5", extra));
   v1::JobStatus s = WaitForStep(c, job, 60);
   ASSERT_FALSE(Ended(s));
   c.Kill("coordinator");
@@ -295,7 +288,7 @@ TEST_F(OutageTest, CoordinatorKilled5sDuringAMaxStepsJob) {
   c.Restart("coordinator");
   ExpectResumed(c, job, s.progress().step(), absl::Seconds(5 + 2));
   if (HasFailure()) return;
-  s = WaitFor(
+  s = WaitForJob(
       c, job, [](const v1::JobStatus& s) { return Ended(s); },
       absl::Minutes(4), "the job to end");
   ASSERT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
@@ -323,7 +316,7 @@ TEST_F(OutageTest, TheLastStepReportedWhileTheCoordinatorIsDown) {
   ProcessCluster c("done-while-down", Cluster({"--state_dir=" + state}));
   ASSERT_FALSE(c.address().empty()) << c.Logs();
   const std::string job =
-      Submit(c, Job("done-while-down", "epochs: 4\n", "static"));
+      SubmitJob(c, Job("done-while-down", "epochs: 4\n", "static"));
   v1::JobStatus s = WaitForStep(c, job, 30);
   ASSERT_FALSE(Ended(s));
   c.Kill("coordinator");
@@ -338,7 +331,7 @@ TEST_F(OutageTest, TheLastStepReportedWhileTheCoordinatorIsDown) {
   ASSERT_TRUE(done("worker-1") && done("worker-2")) << c.Logs();
   absl::SleepFor(absl::Seconds(10));  // their reports keep failing
   c.Restart("coordinator");
-  s = WaitFor(
+  s = WaitForJob(
       c, job, [](const v1::JobStatus& s) { return Ended(s); },
       absl::Seconds(5 + 10), "the job to end after the coordinator is back");
   EXPECT_EQ(s.state(), v1::SUCCEEDED) << s.message() << c.Logs();
