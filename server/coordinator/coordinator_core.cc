@@ -44,7 +44,9 @@ void Coordinator::Start() {
       const absl::Time now = options_.env->Now();
       const absl::Duration late = now - last - options_.tick;
       last = now;
-      if (late > options_.heartbeat_interval) Resumed(late);
+      // Not for a busy machine's scheduling hiccups: a second or more.
+      if (late > std::max(absl::Seconds(1), options_.heartbeat_interval))
+        Resumed(late);
       Tick();
     }
   });
