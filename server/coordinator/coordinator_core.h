@@ -199,6 +199,9 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Rejoin(WorkerMember& w, const std::string& reported_job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A "finished" event for `worker`, once per job.
+  void AddFinished(Job& job, const std::string& worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A shard whose lease ran out while it was alive is heard from again: it
   // takes back its place in each job that has not replaced it yet, and a
   // job whose lost shards all came back needs no restore.

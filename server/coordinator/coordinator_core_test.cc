@@ -350,6 +350,28 @@ TEST_F(CoordinatorTest, ALapsedShardRestartedAtItsAddressIsNotTakenBack) {
             absl::StatusCode::kNotFound);
 }
 
+// Rank 0's "done" ends the job: every member of the last generation has
+// finished, also the ones that learn it from a heartbeat and never report
+// (they had no "finished" event); a late report adds no second one.
+TEST_F(CoordinatorTest, EveryMemberOfTheLastGenerationFinishesWithTheJob) {
+  auto id = coordinator_.SubmitJob(Spec(2, 2, 1));
+  const std::string w1 = AddWorker(), w2 = AddWorker();
+  AddShard("127.0.0.1:1");
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  v1::ReportProgressRequest done;
+  done.set_worker_id(w1);
+  done.set_job_id(*id);
+  done.set_done(true);
+  ASSERT_TRUE(coordinator_.ReportProgress(done).ok());
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  ASSERT_EQ(status.state(), v1::SUCCEEDED);
+  EXPECT_EQ(Count(status, "finished"), 2) << status.DebugString();
+  done.set_worker_id(w2);
+  ASSERT_TRUE(coordinator_.ReportProgress(done).ok());
+  EXPECT_EQ(Count(*coordinator_.GetJob(*id), "finished"), 2);
+}
+
 // The coordinator itself did not run (paused): it heard nobody, so the
 // time counts against nobody's lease.
 TEST_F(CoordinatorTest, ACoordinatorThatDidNotRunExpiresNobody) {

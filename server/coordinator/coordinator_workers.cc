@@ -120,6 +120,13 @@ void Coordinator::Rejoin(WorkerMember& w, const std::string& reported_job) {
             << (w.job_id.empty() ? "" : ", in " + w.job_id) << "\n";
 }
 
+void Coordinator::AddFinished(Job& job, const std::string& worker) {
+  for (const v1::MembershipEvent& e : job.status.events()) {
+    if (e.kind() == "finished" && e.member_id() == worker) return;
+  }
+  AddEvent(job, "finished", worker);
+}
+
 // A worker offered a place says it loaded the job's data (or could not).
 void Coordinator::TakePrepared(WorkerMember& w,
                                const v1::WorkerHeartbeatRequest& r) {
@@ -298,8 +305,13 @@ void Coordinator::EndByReport(Job& job, WorkerMember& w,
                       target, ")");
     }
     Finish(job, v1::SUCCEEDED, message, e);
+    // Every member of the last generation finished with it: the others
+    // learn the end from a heartbeat and wind down without a report of
+    // their own (they had no "finished" event).
+    for (const std::string& member : job.generation_workers())
+      AddFinished(job, member);
   }
-  if (request.done() && w.job_id == job.id()) AddEvent(job, "finished", w.id);
+  if (request.done() && w.job_id == job.id()) AddFinished(job, w.id);
   if (request.done() || !request.error().empty()) w.job_id.clear();
 }
 
