@@ -17,6 +17,8 @@ absl::Status ModelAssembler::Add(const v1::ExportChunk& chunk) {
           absl::StrCat("spec: ", layout.status().message()));
     }
     layout_ = std::move(*layout);
+    const std::string& mode = spec.consistency().mode();
+    arrival_ = mode == "ssp" || mode == "async";
     model_.layers.assign(spec.model().layers().begin(),
                          spec.model().layers().end());
     model_.params.assign(layout_->total_size(), 0.0f);
@@ -78,12 +80,18 @@ absl::StatusOr<ModelFile> ModelAssembler::Finish() {
           absl::StrCat("partition ", i, " arrived incomplete"));
     }
   }
-  if (versions_.size() != 1) {
-    return absl::FailedPreconditionError(
-        "the shards are at different versions (the job is still training); "
-        "export it after it ends");
+  // ssp/async: each partition applies pushes as they arrive, so versions
+  // differ legitimately (a worker killed mid-step pushed some partitions of
+  // its last step, not all): the model is what the shards hold, its version
+  // the newest. sync: one version, or a step is still being applied.
+  if (versions_.size() != 1 && !arrival_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the shards are at different versions (", *versions_.begin(), " to ",
+        *versions_.rbegin(), ": a sync job still training); export it after "
+        "it ends"));
   }
-  model_.version = *versions_.begin();
+  if (versions_.empty()) return absl::DataLossError("no partition arrived");
+  model_.version = *versions_.rbegin();
   return std::move(model_);
 }
 

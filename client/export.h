@@ -24,9 +24,11 @@ class ModelAssembler {
   // One message of the stream. DATA_LOSS for a chunk outside the layout;
   // INVALID_ARGUMENT for a chunk before the spec or a spec with no layout.
   absl::Status Add(const v1::ExportChunk& chunk);
-  // Every partition must have arrived whole and all at one version, else
-  // DATA_LOSS, or FAILED_PRECONDITION (the job is still training: export it
-  // once it ended).
+  // Every partition must have arrived whole (else DATA_LOSS) and, for a
+  // sync job, all at one version (else FAILED_PRECONDITION: the job is still
+  // training, export it once it ended). An ssp/async job's partitions may
+  // differ (they apply pushes on arrival); the model's version is the
+  // newest.
   absl::StatusOr<ModelFile> Finish();
   // The job's embedding tables as the pages came (every table of the spec,
   // empty ones too); valid after Add saw the spec.
@@ -39,6 +41,7 @@ class ModelAssembler {
   ModelFile model_;
   std::vector<int64_t> received_;
   std::set<int64_t> versions_;
+  bool arrival_ = false;  // the spec's consistency is ssp or async
 };
 
 }  // namespace fulcrum

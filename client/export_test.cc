@@ -68,6 +68,31 @@ TEST(ModelAssemblerTest, RefusesMissingMixedOrForeignChunks) {
   EXPECT_EQ(foreign.Add(bad).code(), absl::StatusCode::kDataLoss);
 }
 
+// An ssp (or async) job's partitions apply pushes as they arrive: after a
+// worker was killed mid-step their versions differ, and the job that ended
+// is exported anyway (it was refused: "the shards are at different
+// versions"), at the newest version. A sync job's stay refused.
+TEST(ModelAssemblerTest, AnSspJobsPartitionsMayDifferInVersion) {
+  ModelAssembler ssp;
+  v1::ExportChunk spec = SpecChunk();
+  spec.mutable_spec()->mutable_consistency()->set_mode("ssp");
+  ASSERT_TRUE(ssp.Add(spec).ok());
+  std::vector<v1::ExportChunk> chunks = Chunks(40);
+  chunks.back().mutable_params()->set_version(41);
+  for (const v1::ExportChunk& c : chunks) ASSERT_TRUE(ssp.Add(c).ok());
+  absl::StatusOr<ModelFile> model = ssp.Finish();
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->version, 41);
+
+  ModelAssembler sync;
+  spec.mutable_spec()->mutable_consistency()->set_mode("sync");
+  ASSERT_TRUE(sync.Add(spec).ok());
+  for (const v1::ExportChunk& c : chunks) ASSERT_TRUE(sync.Add(c).ok());
+  absl::Status refused = sync.Finish().status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("40 to 41"), std::string::npos) << refused;
+}
+
 TEST(ModelAssemblerTest, CollectsEveryShardsEmbeddingRows) {
   ModelAssembler a;
   v1::ExportChunk spec = SpecChunk();
