@@ -176,39 +176,45 @@ absl::StatusOr<v1::LeaseChunkResponse> WorkerSession::AwaitLease(
     const v1::LeaseChunkRequest& request) {
   const absl::Time start = absl::Now();
   absl::Time counted = start, next_log = start;
-  for (int attempt = 0;; ++attempt) {
-    absl::StatusOr<v1::LeaseChunkResponse> got = link_->LeaseChunk(request);
-    const bool unanswered =
-        !got.ok() && (got.status().code() == absl::StatusCode::kUnavailable ||
-                      got.status().code() == absl::StatusCode::kDeadlineExceeded);
-    if (!unanswered || Leaving()) {
-      if (attempt > 0) {
+  int attempts = 0;
+  absl::StatusOr<v1::LeaseChunkResponse> got;
+  RetryOptions retry;
+  retry.initial = std::chrono::milliseconds(50);
+  retry.max = absl::ToChronoMilliseconds(options_.lease_backoff_max);
+  const absl::Status s = RetryWithBackoff(
+      [&]() -> absl::Status {
+        if (attempts++ > 0 && options_.on_coordinator_wait) {
+          const absl::Time now = absl::Now();
+          options_.on_coordinator_wait(now - counted);
+          counted = now;
+        }
+        got = link_->LeaseChunk(request);
+        const absl::StatusCode code = got.status().code();
+        if ((code == absl::StatusCode::kUnavailable ||
+             code == absl::StatusCode::kDeadlineExceeded) &&
+            Leaving()) {
+          return absl::CancelledError("worker leaving the job");
+        }
+        return got.status();
+      },
+      retry, nullptr,
+      [&](const absl::Status& failed) {
+        if (absl::Now() < next_log) return;
+        next_log = absl::Now() + absl::Seconds(10);
         std::cerr << "fulcrum-worker: " << assignment_.job_id
-                  << ": the coordinator answered a chunk lease after "
-                  << absl::FormatDuration(absl::Trunc(absl::Now() - start,
-                                                      absl::Milliseconds(1)))
-                  << "\n";
-      }
-      if (unanswered) return absl::CancelledError("worker leaving the job");
-      return got;
-    }
-    if (absl::Now() >= next_log) {
-      std::cerr << "fulcrum-worker: " << assignment_.job_id
-                << ": no chunk lease, the coordinator does not answer ("
-                << got.status().message() << "): waiting, no step is taken "
-                << "without data\n";
-      next_log = absl::Now() + absl::Seconds(10);
-    }
-    absl::SleepFor(absl::FromChrono(
-        Backoff(attempt, std::chrono::milliseconds(50),
-                absl::ToChronoMilliseconds(options_.lease_backoff_max),
-                Mix64(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))))));
-    if (options_.on_coordinator_wait) {
-      const absl::Time now = absl::Now();
-      options_.on_coordinator_wait(now - counted);
-      counted = now;
-    }
+                  << ": no chunk lease, the coordinator does not answer ("
+                  << failed.message() << "): waiting, no step is taken "
+                  << "without data\n";
+      });
+  if (attempts > 1) {
+    std::cerr << "fulcrum-worker: " << assignment_.job_id
+              << ": the coordinator answered a chunk lease after "
+              << absl::FormatDuration(
+                     absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+              << "\n";
   }
+  if (!s.ok()) return s;
+  return got;
 }
 
 void WorkerSession::Report(const v1::Progress& progress) {

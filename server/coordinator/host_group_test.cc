@@ -18,19 +18,29 @@
 namespace fulcrum {
 namespace {
 
+// A coordinator on a fake clock whose shard calls complete inline.
+struct TestCoordinator {
+  TestCoordinator() : c(Options(), &shards) {}
+  Coordinator::Options Options() {
+    Coordinator::Options o;
+    o.env = &env;
+    o.executor = &executor;
+    return o;
+  }
+  testing::FaultInjectionEnv env;
+  InlineExecutor executor;
+  testing::FakeShards shards;
+  Coordinator c;
+};
+
 // The assignments of a running job of workers on `hosts` (by worker id),
 // registered with `host_ids` when given (one per host).
 std::map<std::string, v1::WorkerAssignment> Assignments(
     const std::vector<std::string>& hosts, bool pre_reduce,
     std::vector<std::string>* ids,
     const std::vector<std::string>& host_ids = {}) {
-  testing::FaultInjectionEnv env;
-  InlineExecutor executor;
-  testing::FakeShards shards;
-  Coordinator::Options o;
-  o.env = &env;
-  o.executor = &executor;
-  Coordinator c(o, &shards);
+  TestCoordinator t;
+  Coordinator& c = t.c;
   v1::JobSpec spec = testing::TinySpec(static_cast<int>(hosts.size()),
                                        static_cast<int>(hosts.size()), 1);
   spec.mutable_wire()->set_pre_reduce(pre_reduce);
@@ -93,13 +103,8 @@ TEST(HostGroupTest, AGroupIsTheWorkersOfOneHostIdNotOfOneHostname) {
 
 // A host_id past the bound is refused, naming the field.
 TEST(HostGroupTest, AnOverlongHostIdIsRefused) {
-  testing::FaultInjectionEnv env;
-  InlineExecutor executor;
-  testing::FakeShards shards;
-  Coordinator::Options o;
-  o.env = &env;
-  o.executor = &executor;
-  Coordinator c(o, &shards);
+  TestCoordinator t;
+  Coordinator& c = t.c;
   v1::RegisterWorkerRequest bad = testing::WorkerOn("clone");
   bad.set_host_id(std::string(kMaxHostIdBytes + 1, 'x'));
   auto refused = c.RegisterWorker(bad);
