@@ -125,6 +125,10 @@ bool CoordinatorLink::Heartbeat() {
   }
   absl::MutexLock lock(&mu_);
   if (s.ok() && state_.OnAnswer(response.assignment())) changed_.SignalAll();
+  // An unanswered heartbeat (it already waited up to its deadline for the
+  // connection) is sent again soon: a healed link is used within moments,
+  // so members cut off together rejoin together.
+  if (!s.ok()) interval = std::min<int64_t>(interval, 100);
   const absl::Time until = absl::Now() + absl::Milliseconds(interval);
   while (!poke_ && !shutdown_.HasBeenNotified()) {
     if (changed_.WaitWithDeadline(&mu_, until)) break;

@@ -258,7 +258,8 @@ void GrpcParameterChannel::ReceiveConnections(Stream* s) {
       return;
     }
     // At most 0.5 s between attempts: with the channel's own reconnection
-    // (kReconnectMaxMs) a healed link carries the stream again within ~1.5 s.
+    // (kReconnectMaxMs + kConnectTimeoutMs) a healed link carries the stream
+    // again within ~2 s.
     absl::SleepFor(absl::FromChrono(Backoff(
         attempt++, std::chrono::milliseconds(50),
         std::chrono::milliseconds(500), rng())));

@@ -23,7 +23,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // A connection attempt gives up after this (default 20 s): one started
   // while a link was down otherwise waits for TCP's SYN retries (1, 3, 7,
   // 15, 31 s) and a healed link is noticed up to 16 s late.
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kReconnectMaxMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
   // Keepalive pings, also on idle connections: a connection across a link
   // that went down fails within kKeepaliveMs * 2 instead of when TCP gives
   // up (minutes), so calls move to a new connection once the link heals.

@@ -20,11 +20,13 @@ namespace fulcrum {
 // Largest message either side accepts: one 4 MiB chunk (the maximum
 // chunk_bytes) plus headroom for the envelope and a JobSpec.
 inline constexpr int kMaxMessageBytes = 8 << 20;
-// Keepalive ping interval and timeout on every connection (both ends), and
-// the longest wait between reconnection attempts: a link that heals is
-// noticed within about kReconnectMaxMs (docs/operations.md, outages).
+// Keepalive ping interval and timeout on every connection (both ends), the
+// longest wait between reconnection attempts and the time a connection
+// attempt is given: a link that heals is noticed within about
+// kReconnectMaxMs + kConnectTimeoutMs (docs/operations.md, outages).
 inline constexpr int kKeepaliveMs = 1000;
-inline constexpr int kReconnectMaxMs = 1000;
+inline constexpr int kReconnectMaxMs = 500;
+inline constexpr int kConnectTimeoutMs = 1000;
 
 // A channel with Fulcrum's limits and the process's transport security
 // (common/net/transport.h: TLS when configured, else plaintext).

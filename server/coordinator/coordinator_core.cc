@@ -105,6 +105,7 @@ void Coordinator::ExpireLeases(absl::Time now, Effects* e) {
     if (job != nullptr && job->running()) {
       DropMember(*job, w.id, "lost");
       job->lapsed.insert(w.id);
+      job->lapsed_at = now;
     }
   }
   for (const std::string& id : expired.shards) {
@@ -354,6 +355,16 @@ bool Coordinator::ReadyForRound(Job& job, absl::Time now, Effects* e) {
       return false;
     } else {
       ++it;
+    }
+  }
+  // Members that went silent together expire a tick or more apart: once
+  // one lapsed, the others silent for two heartbeats are waited for (they
+  // speak again or expire, within a lease), rather than run a generation
+  // without the first and then another without all of them.
+  if (now - job.lapsed_at < options_.lease) {
+    for (const std::string& id : job.members) {
+      const WorkerMember* w = members_.FindWorker(id);
+      if (w != nullptr && now - w->last_heartbeat > SilentAfter()) return false;
     }
   }
   return job.members != job.generation_workers() ||

@@ -226,9 +226,16 @@ class Coordinator {
   // A shard refused an update that would have made values non-finite: an
   // event naming the worker, and the job fails if its spec says so.
   // How long a round waits for a job's other lapsed members once one came
-  // back: two heartbeats, at least 1 s.
+  // back: three heartbeats, at least 3 s. Members whose link healed at once
+  // come back up to a reconnection backoff (kReconnectMaxMs, jittered) plus a
+  // heartbeat cycle apart; the wait costs nothing when all of them are back.
   absl::Duration RejoinWait() const {
-    return std::max(absl::Seconds(1), 2 * options_.heartbeat_interval);
+    return std::max(absl::Seconds(3), 3 * options_.heartbeat_interval);
+  }
+  // A member not heard from for this long has likely gone the way of one
+  // that just lapsed: two heartbeats, at least 2 s.
+  absl::Duration SilentAfter() const {
+    return std::max(absl::Seconds(2), 2 * options_.heartbeat_interval);
   }
   // The heartbeat interval and the lease a registration answers with.
   template <typename Response>

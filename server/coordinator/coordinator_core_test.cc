@@ -233,6 +233,7 @@ TEST_F(CoordinatorTest, LostWorkersLeaveTheJobWhichContinuesAndRegrows) {
   sb.set_shard_id(s1);
   ASSERT_TRUE(coordinator_.ShardHeartbeat(sb).ok());
   env_.Advance(absl::Seconds(3));  // w2 silent for 6 s > 5 s lease
+  Beat(w1, *id);                   // w1 alive (it beats every second)
   shards_.versions["127.0.0.1:1"] = 41;
   coordinator_.Tick();
   v1::JobStatus status = *coordinator_.GetJob(*id);
@@ -332,6 +333,49 @@ TEST_F(CoordinatorTest, MembersWhoseLeasesLapsedTakeTheirPlacesBack) {
   for (const auto& [address, r] : shards_.reconfigures)
     EXPECT_FALSE(r.restore()) << "the shards' state is intact";
   EXPECT_TRUE(shards_.inits.size() == 2) << "no shard initialised again";
+  EXPECT_EQ(Beat(w1, *id).generation(), 2);
+}
+
+// Workers cut off together expire a tick apart: no generation runs with
+// the one whose lease lasted longer (nor trains it alone), and both come
+// back in one generation.
+TEST_F(CoordinatorTest, MembersSilentTogetherLapseIntoOneGeneration) {
+  auto id = coordinator_.SubmitJob(Spec(2, 2, 1));
+  const std::string w1 = AddWorker(), w2 = AddWorker();
+  const std::string s1 = AddShard("127.0.0.1:1");
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  auto shard_beat = [&] {
+    v1::ShardHeartbeatRequest beat;
+    beat.set_shard_id(s1);
+    beat.set_address("127.0.0.1:1");
+    ASSERT_TRUE(coordinator_.ShardHeartbeat(beat).ok());
+  };
+  env_.Advance(absl::Milliseconds(600));
+  Beat(w2, *id);  // the last word of either
+  env_.Advance(absl::Milliseconds(2400));
+  shard_beat();
+  env_.Advance(absl::Milliseconds(2300));  // w1 silent 5.3 s, w2 4.7 s
+  shard_beat();
+  coordinator_.Tick();
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(Count(status, "lost"), 1);
+  EXPECT_EQ(status.generation(), 1) << "no generation of w2 alone";
+  EXPECT_TRUE(shards_.reconfigures.empty());
+  env_.Advance(absl::Milliseconds(400));  // w2 silent 5.1 s: lapsed too
+  shard_beat();
+  coordinator_.Tick();
+  status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(Count(status, "lost"), 2);
+  EXPECT_TRUE(shards_.reconfigures.empty()) << "no round without members";
+  env_.Advance(absl::Seconds(10));  // the link heals
+  shard_beat();
+  Beat(w2, *id);
+  Beat(w1, *id);
+  coordinator_.Tick();
+  status = *coordinator_.GetJob(*id);
+  EXPECT_EQ(status.generation(), 2);
+  EXPECT_EQ(status.workers_size(), 2);
   EXPECT_EQ(Beat(w1, *id).generation(), 2);
 }
 

@@ -71,6 +71,9 @@ struct Job {
   absl::Time rejoin_until = absl::InfinitePast();
   // Members dropped because their lease lapsed, who may come back.
   std::set<std::string> lapsed;
+  // When a member last lapsed: for a lease after it, the round waits for
+  // members gone silent too (Coordinator::ReadyForRound).
+  absl::Time lapsed_at = absl::InfinitePast();
   absl::Time ready_since = absl::InfinitePast();    // kWaiting: min idle
   std::vector<std::string> shard_addresses;         // by shard index
   int64_t shard_bytes = 0;  // the most one shard holds for it (ShardBytes)

@@ -185,6 +185,50 @@ class PyTorchWorkersTest(unittest.TestCase):
         # starts from rank 0's current values, joiners included.
         self.check_elastic("--averaging", optimizer="{type: average}")
 
+    def test_an_ssp_job_with_a_replaced_worker_ends_and_exports(self):
+        # Issue 38, items 6 and 7: Adam, ssp, three workers, one SIGKILLed
+        # mid-epoch and replaced. Its partial last step left the partitions
+        # at different versions and export refused the SUCCEEDED job; the
+        # members that wound down on the end got no "finished" event.
+        job_id = self.cluster.submit(job(
+            "ssp-replaced", optimizer="{type: adam, lr: 0.005}", epochs=8,
+            workers=(3, 3), sharding="chunks",
+            consistency="{mode: ssp, staleness: 2}"))
+        extra = ("--model", "mlp", "--step_delay", "0.03")
+        self.train(job_id, 3, *extra, out=False)
+        self.cluster._wait(lambda: (lambda s: len(s.get("workers", [])) == 3 and int(
+            s.get("progress", {}).get("step", 0)) >= 20)(self.cluster.status(job_id)),
+                           90, "three workers in and step 20")
+        self.cluster.kill("w1")
+        self.cluster.worker("w3", "train_worker.py", "--job", job_id, *extra)
+        status = self.cluster.wait_state(job_id, ["SUCCEEDED", "FAILED"], 180)
+        self.assertEqual(status["state"], "SUCCEEDED", self.cluster.logs())
+        self.finish(["w0", "w2", "w3"])
+        # The ledger reaches the coordinator with the shards' heartbeats.
+        whole = lambda s: len(s["epochs"]) == 8 and all(
+            int(e.get("trained", 0)) == int(e["total"]) for e in s["epochs"])
+        try:
+            self.cluster._wait(lambda: whole(self.cluster.status(job_id)), 10,
+                               "the ledger")
+        except TimeoutError:
+            pass
+        for e in self.cluster.status(job_id)["epochs"]:
+            self.assertEqual(int(e.get("trained", 0)), int(e["total"]),
+                             self.cluster.status(job_id)["epochs"])
+        events = [(e.get("kind"), e.get("member_id")) for e in status["events"]]
+        self.assertIn("lost", [k for k, _ in events], events)
+        status = self.cluster.status(job_id)  # after the members wound down
+        finished = {m for k, m in ((e.get("kind"), e.get("member_id"))
+                                   for e in status["events"]) if k == "finished"}
+        self.assertEqual(finished, set(status["workers"]), status["events"])
+        exported = os.path.join(self.cluster.dir, "ssp.bin")
+        self.cluster.ctl("export", job_id, "--out", exported)
+        fresh = models.make("mlp")
+        self.assertGreater(fulcrum.torch.load_exported(fresh, exported), 0)
+        moved = max_relative_difference(models.make("mlp").state_dict(),
+                                        fresh.state_dict())
+        self.assertGreater(moved, 1e-2, "the export holds the trained model")
+
     def check_metrics(self, name, job_id):
         """A PyTorch worker serves the worker's Prometheus metrics."""
         import re
