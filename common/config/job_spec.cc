@@ -1,5 +1,6 @@
 #include "common/config/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -89,6 +90,7 @@ absl::Status ParseRoot(const YAML::Node& root, JobSpec* spec) {
       {"sharding", Str(d->mutable_sharding())},
       {"chunk_size",
        Scalar<int64_t>("an integer", [d](int64_t v) { d->set_chunk_size(v); })},
+      {"size", Scalar<int64_t>("an integer", [d](int64_t v) { d->set_size(v); })},
   };
   const std::map<std::string, Handler> optimizer = {
       {"type", Str(o->mutable_type())},
@@ -283,6 +285,11 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
     }
     return absl::OkStatus();
   }
+  if (!o.has_lr()) {
+    return Bad("optimizer.lr",
+               absl::StrCat("is missing: optimizer.type ", t,
+                            " needs a learning rate > 0 (e.g. lr: 0.01)"));
+  }
   if (!(o.lr() > 0) || !std::isfinite(o.lr())) {
     return Bad("optimizer.lr", absl::StrCat("must be > 0", Got(o.lr())));
   }
@@ -445,6 +452,16 @@ absl::Status ValidateModel(const v1::ModelSpec& m) {
                  absl::StrCat("must be in [1, 65536]", Got(m.layers(i))));
     }
   }
+  int64_t elements = 0;  // weights and biases
+  for (int i = 0; i + 1 < m.layers_size() && elements <= kMaxModelElements;
+       ++i) {
+    elements += int64_t{m.layers(i)} * m.layers(i + 1) + m.layers(i + 1);
+  }
+  if (elements > kMaxModelElements) {
+    return Bad("model.layers",
+               absl::StrCat("make a model of more than ", kMaxModelElements,
+                            " parameters (4 GiB of fp32)"));
+  }
   return absl::OkStatus();
 }
 
@@ -529,12 +546,42 @@ void ApplyDefaults(JobSpec* spec) {
   if (!spec->checkpoint().has_keep()) spec->mutable_checkpoint()->set_keep(3);
   if (!spec->checkpoint().has_full_every())
     spec->mutable_checkpoint()->set_full_every(4);
-  spec->clear_encoding();  // read into wire.gradients
+  // The old name of wire.gradients, moved there; an unknown value or one
+  // that disagrees with wire.gradients stays for ValidateJobSpec to name.
+  if (spec->encoding() != v1::ENCODING_UNSPECIFIED &&
+      EncodingFromProto(spec->encoding(), "encoding").ok() &&
+      (spec->wire().gradients() == v1::ENCODING_UNSPECIFIED ||
+       spec->wire().gradients() == spec->encoding())) {
+    spec->mutable_wire()->set_gradients(spec->encoding());
+    spec->clear_encoding();
+  }
   if (spec->wire().gradients() == v1::ENCODING_UNSPECIFIED)
     spec->mutable_wire()->set_gradients(v1::ENCODING_FP32);
   if (spec->wire().parameters() == v1::ENCODING_UNSPECIFIED)
     spec->mutable_wire()->set_parameters(v1::ENCODING_FP32);
   ApplyEmbeddingDefaults(spec);
+}
+
+absl::Status CheckDatasetSize(const v1::JobSpec& spec, int64_t size,
+                              const std::string& field) {
+  if (size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be > 0, got ", size));
+  }
+  const int64_t limit = spec.dataset().train_limit();
+  if (limit > 0 && size > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", size, " is above dataset.train_limit ", limit));
+  }
+  const int64_t chunk = std::max<int64_t>(1, spec.dataset().chunk_size());
+  if ((size - 1) / chunk + 1 > kMaxChunksPerEpoch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", size, " makes more than ", kMaxChunksPerEpoch,
+        " chunks an epoch at dataset.chunk_size ", chunk,
+        ": raise dataset.chunk_size to at least ",
+        (size - 1) / kMaxChunksPerEpoch + 1));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateModelSpec(const v1::ModelSpec& model) {
@@ -610,6 +657,14 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Bad("dataset.chunk_size",
                absl::StrCat("must be >= 1", got(spec.dataset().chunk_size())));
   }
+  if (spec.dataset().size() < 0) {
+    return Bad("dataset.size",
+               absl::StrCat("must be >= 0", got(spec.dataset().size())));
+  }
+  if (spec.dataset().size() > 0) {
+    RETURN_IF_ERROR(CheckDatasetSize(spec, spec.dataset().size(),
+                                     "dataset.size"));
+  }
   if (spec.epochs() < 1)
     return Bad("epochs", absl::StrCat("must be >= 1", got(spec.epochs())));
   if (spec.workers().min() < 1)
@@ -647,6 +702,12 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.max_steps() < 0)
     return Bad("max_steps",
                absl::StrCat("must be >= 0", got(spec.max_steps())));
+  if (spec.encoding() != v1::ENCODING_UNSPECIFIED) {
+    return Bad("encoding",
+               absl::StrCat("(the old name of wire.gradients) must be fp32, "
+                            "bf16 or fp16 and agree with wire.gradients",
+                            got(spec.encoding())));
+  }
   if (!EncodingFromProto(spec.wire().gradients(), "wire.gradients").ok()) {
     return Bad("wire.gradients", absl::StrCat("must be fp32, bf16 or fp16",
                                               got(spec.wire().gradients())));

@@ -24,6 +24,9 @@ inline constexpr int kMaxTensors = 65536;
 // The longest string field a spec may hold (paths, type names).
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr int64_t kMaxModelElements = int64_t{1} << 30;
+// Chunks of one epoch the coordinator keeps a table of (dataset.sharding
+// chunks): a larger dataset needs a larger dataset.chunk_size.
+inline constexpr int64_t kMaxChunksPerEpoch = int64_t{1} << 18;
 
 // Parses a job file. JSON is accepted too (it is YAML). Unknown keys and
 // values of the wrong type are INVALID_ARGUMENT naming the key. The result
@@ -49,6 +52,11 @@ bool MomentumOnWorkers(const v1::JobSpec& spec);
 // Whether the job's workers pre-reduce per host (wire.pre_reduce; off
 // unless the spec says true).
 bool PreReduce(const v1::JobSpec& spec);
+// A training-set size for `spec` (dataset.size, or a worker's lease: `field`
+// names it in the error): at most dataset.train_limit when that is set, and
+// at most kMaxChunksPerEpoch chunks an epoch. INVALID_ARGUMENT otherwise.
+absl::Status CheckDatasetSize(const v1::JobSpec& spec, int64_t size,
+                              const std::string& field);
 // The model part alone (an external model's tensors, as declared).
 absl::Status ValidateModelSpec(const v1::ModelSpec& model);
 

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace fulcrum {
@@ -65,6 +66,21 @@ TEST(JobSpecTest, WireEncodings) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->wire().gradients(), v1::ENCODING_FP16);
   EXPECT_EQ(spec->encoding(), v1::ENCODING_UNSPECIFIED);
+  // Sent as a proto (SubmitJob), an unknown value of the old field, or one
+  // that disagrees with wire.gradients, is refused naming it (it was
+  // dropped without a word).
+  for (int bad : {7, 2}) {
+    v1::JobSpec s = *ParseJobSpec(kValid);
+    s.mutable_wire()->set_gradients(v1::ENCODING_FP16);
+    s.set_encoding(static_cast<v1::Encoding>(bad));
+    ApplyDefaults(&s);
+    const absl::Status st = ValidateJobSpec(s);
+    EXPECT_EQ(st.message(),
+              absl::StrCat("encoding (the old name of wire.gradients) must be "
+                           "fp32, bf16 or fp16 and agree with wire.gradients, "
+                           "got ", bad))
+        << st;
+  }
   spec = ParseJobSpec(std::string(kValid) +
                       "wire: {topk: 0.01, topk_warmup_steps: 500}\n");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -154,6 +170,9 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {"optimizer: {type: momentum, lr: -1}",
        "optimizer.lr must be > 0, got -1"},
       {"optimizer: {type: momentum, lr: 0}", "optimizer.lr must be > 0, got 0"},
+      {"optimizer: {type: adam}",
+       "optimizer.lr is missing: optimizer.type adam needs a learning rate > 0 "
+       "(e.g. lr: 0.01)"},
       {"optimizer: {type: lamb, lr: 0.1}",
        "optimizer.type must be one of [sgd, momentum, nesterov, adam, adamw, "
        "average], got 'lamb'"},
@@ -239,6 +258,16 @@ TEST(JobSpecTest, ErrorsNameTheField) {
        "dataset.sharding must be one of [chunks, static], got 'rows'"},
       {"dataset: {dir: /d, chunk_size: 0}",
        "dataset.chunk_size must be >= 1, got 0"},
+      {"dataset: {dir: /d, size: -1}", "dataset.size must be >= 0, got -1"},
+      {"model: {type: mlp, layers: [65536, 65536, 65536]}",
+       "model.layers make a model of more than 1073741824 parameters (4 GiB "
+       "of fp32)"},
+      {"dataset: {dir: /d, size: 500, train_limit: 400}",
+       "dataset.size 500 is above dataset.train_limit 400"},
+      {"dataset: {dir: /d, size: 1125899906842624, chunk_size: 512}",
+       "dataset.size 1125899906842624 makes more than 262144 chunks an epoch "
+       "at dataset.chunk_size 512: raise dataset.chunk_size to at least "
+       "4294967296"},
       {"encoding: int8",
        "encoding must be one of [fp32, bf16, fp16], got 'int8'"},
       {"wire: {gradients: fp8}",

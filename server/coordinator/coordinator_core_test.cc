@@ -634,6 +634,13 @@ TEST_F(CoordinatorTest, ChunksAreLeasedOncePerEpochAndReturnWithGenerations) {
   EXPECT_EQ(lease(w2, {}, 1, 99).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(lease(w2, {}, 7).status().code(), absl::StatusCode::kAborted);
+  // A size no table may be built for is refused before anything is.
+  auto huge = lease(w2, {}, 1, int64_t{1} << 50);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("dataset_size 1125899906842624 "
+                                         "makes more than 262144 chunks"),
+            std::string::npos)
+      << huge.status();
   EXPECT_EQ(lease(w1, {0})->chunk().chunk(), 2);
   // w2 dies; the shards' ledger says 10 samples of chunk 1 were applied.
   shards_.ledger = {Entry(0, 30, 30), Entry(1, 40, 10)};
@@ -677,6 +684,41 @@ TEST_F(CoordinatorTest, ChunksAreLeasedOncePerEpochAndReturnWithGenerations) {
   EXPECT_EQ(status.epochs(0).trained(), 100);
   EXPECT_EQ(status.epochs(0).total(), 100);
   EXPECT_EQ(status.epochs(1).trained(), 30);
+}
+
+// dataset.size fixes the training set: a member whose lease says another
+// size is the one refused, however early it asks (a first liar was once
+// believed, and the honest workers refused).
+TEST_F(CoordinatorTest, TheSpecsDatasetSizeRefusesTheMemberThatDisagrees) {
+  v1::JobSpec spec = Spec(2, 2, 1);
+  spec.mutable_dataset()->set_chunk_size(30);
+  spec.mutable_dataset()->set_size(100);
+  auto id = coordinator_.SubmitJob(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const std::string liar = AddWorker(), honest = AddWorker();
+  AddShard("127.0.0.1:1");
+  coordinator_.Tick();
+  ASSERT_EQ(coordinator_.GetJob(*id)->state(), v1::RUNNING);
+  auto lease = [&](const std::string& w, int64_t size) {
+    v1::LeaseChunkRequest r;
+    r.set_worker_id(w);
+    r.set_job_id(*id);
+    r.set_generation(1);
+    r.set_dataset_size(size);
+    return coordinator_.LeaseChunk(r);
+  };
+  auto lie = lease(liar, 1000);
+  EXPECT_EQ(lie.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(lie.status().message().find("dataset.size 100"),
+            std::string::npos)
+      << lie.status();
+  auto a = lease(honest, 100);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->chunk().begin(), 0);
+  EXPECT_EQ(a->chunk().end(), 30);
+  v1::JobStatus status = *coordinator_.GetJob(*id);
+  ASSERT_EQ(status.epochs_size(), 1);
+  EXPECT_EQ(status.epochs(0).total(), 100);
 }
 
 TEST_F(CoordinatorTest, MergesStalenessAndCheckpointsFromEveryShard) {

@@ -412,11 +412,18 @@ absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
         "job ", request.job_id(), " uses dataset.sharding '",
         job->spec().dataset().sharding(), "', not chunks"));
   }
-  if (request.dataset_size() <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dataset_size must be > 0, got ", request.dataset_size()));
-  }
+  // A size no table is built for (nothing a member sends sizes memory
+  // beyond kMaxChunksPerEpoch chunks), and one the spec fixed or the first
+  // lease did: a member that disagrees is the one refused.
+  RETURN_IF_ERROR(
+      CheckDatasetSize(job->spec(), request.dataset_size(), "dataset_size"));
   ChunkTable& chunks = *job->chunks;
+  const int64_t fixed = job->spec().dataset().size();
+  if (fixed > 0 && request.dataset_size() != fixed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset_size ", request.dataset_size(), " differs from the job's "
+        "dataset.size ", fixed, " (", request.job_id(), ")"));
+  }
   if (chunks.dataset_size() < 0) {
     chunks.set_dataset_size(request.dataset_size());
     chunks.Rebuild(job->ledger);
@@ -424,7 +431,7 @@ absl::StatusOr<v1::LeaseChunkResponse> Coordinator::LeaseChunk(
     return absl::FailedPreconditionError(absl::StrCat(
         "dataset_size ", request.dataset_size(), " differs from ",
         chunks.dataset_size(), " reported by other workers of ",
-        request.job_id()));
+        request.job_id(), " (dataset.size in the spec fixes it)"));
   }
   w->last_heartbeat = options_.env->Now();
   return chunks.Lease(request.worker_id(),
