@@ -132,9 +132,22 @@ absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
   }
   out->indices = push.indices();
   out->stop = push.stop();
+  // A range that is set names a chunk (>= 0): chunk -1 is how a push
+  // without one is kept, and a sent -1 once passed for "no range".
+  if (push.has_range() && push.range().chunk() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".range.chunk must be >= 0, got ",
+                     push.range().chunk()));
+  }
   out->range = push.has_range() ? FromRange(push.range()) : DataRange{};
   out->shares.clear();
-  for (const v1::Share& share : push.shares()) {
+  for (int i = 0; i < push.shares_size(); ++i) {
+    const v1::Share& share = push.shares(i);
+    if (share.has_range() && share.range().chunk() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ".shares[", i, "].range.chunk must be >= 0, got ",
+                       share.range().chunk()));
+    }
     out->shares.push_back(
         {share.samples(),
          share.has_range() ? FromRange(share.range()) : DataRange{}});
