@@ -12,8 +12,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -36,6 +38,73 @@ struct Header {
 static_assert(sizeof(Header) <= ShmSegment::kHeaderBytes);
 
 int64_t RoundUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The SIGBUS guard. Another process holding the segment's file can shrink
+// it under our mapping; touching the pages past its new end is SIGBUS,
+// which kills the process by default. The handler looks the address up in
+// the mappings of live segments and maps zero pages over the rest of that
+// mapping (so the access completes and reads zeros, as Wayland compositors
+// do for their clients' buffers), and marks the segment truncated for its
+// user to act on. A fault elsewhere gets the disposition from before.
+constexpr int kGuardSlots = 4096;
+struct GuardSlot {
+  std::atomic<int> used{0};
+  std::atomic<uintptr_t> begin{0}, end{0};
+  std::atomic<std::atomic<bool>*> truncated{nullptr};
+};
+GuardSlot g_guard[kGuardSlots];
+struct sigaction g_previous_sigbus;
+uintptr_t g_page_bytes = 4096;
+
+void OnSigbus(int, siginfo_t* info, void*) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (GuardSlot& s : g_guard) {
+    const uintptr_t b = s.begin.load(std::memory_order_acquire);
+    const uintptr_t e = s.end.load(std::memory_order_acquire);
+    if (b == 0 || a < b || a >= e) continue;
+    const uintptr_t page = a & ~(g_page_bytes - 1);
+    mmap(reinterpret_cast<void*>(page), e - page, PROT_READ | PROT_WRITE,
+         MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (std::atomic<bool>* t = s.truncated.load(std::memory_order_acquire))
+      t->store(true, std::memory_order_release);
+    return;  // the access is retried, on the zero pages
+  }
+  sigaction(SIGBUS, &g_previous_sigbus, nullptr);  // not ours: re-faults
+}
+
+// Registers [base, base + bytes) with the guard; -1 when every slot is
+// taken.
+int Guard(char* base, int64_t bytes, std::atomic<bool>* truncated) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    g_page_bytes = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = OnSigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &g_previous_sigbus);
+  });
+  for (int i = 0; i < kGuardSlots; ++i) {
+    int free = 0;
+    if (!g_guard[i].used.compare_exchange_strong(free, 1)) continue;
+    g_guard[i].truncated.store(truncated, std::memory_order_release);
+    g_guard[i].end.store(reinterpret_cast<uintptr_t>(base) + bytes,
+                         std::memory_order_release);
+    g_guard[i].begin.store(reinterpret_cast<uintptr_t>(base),
+                           std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void Unguard(int slot) {
+  if (slot < 0) return;
+  g_guard[slot].begin.store(0, std::memory_order_release);
+  g_guard[slot].end.store(0, std::memory_order_release);
+  g_guard[slot].truncated.store(nullptr, std::memory_order_release);
+  g_guard[slot].used.store(0, std::memory_order_release);
+}
 
 std::string Hex(const std::string& bytes) {
   static const char* digits = "0123456789abcdef";
@@ -173,6 +242,11 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::CreateTagged(
   close(fd);
   if (base == MAP_FAILED) return Errno("mapping", s->name_);
   s->base_ = static_cast<char*>(base);
+  s->guard_ = Guard(s->base_, s->size_, &s->truncated_);
+  if (s->guard_ < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "mapping ", s->name_, ": ", kGuardSlots, " segments are mapped already"));
+  }
   Header h{};
   h.magic = kMagic;
   std::memcpy(h.nonce, s->nonce_.data(), kNonceBytes);
@@ -224,6 +298,11 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Attach(
   close(fd);
   if (base == MAP_FAILED) return Errno("mapping", name);
   s->base_ = static_cast<char*>(base);
+  s->guard_ = Guard(s->base_, s->size_, &s->truncated_);
+  if (s->guard_ < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "mapping ", name, ": ", kGuardSlots, " segments are mapped already"));
+  }
   Header h;
   std::memcpy(&h, s->base_, sizeof(h));
   if (h.magic != kMagic || std::memcmp(h.nonce, nonce.data(), kNonceBytes) != 0) {
@@ -251,6 +330,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Attach(
 }
 
 ShmSegment::~ShmSegment() {
+  Unguard(guard_);
   if (base_ != nullptr) munmap(base_, size_);
   if (creator_) shm_unlink(name_.c_str());  // ENOENT once the peer did
 }

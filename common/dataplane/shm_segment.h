@@ -21,6 +21,7 @@
 #ifndef FULCRUM_COMMON_DATAPLANE_SHM_SEGMENT_H_
 #define FULCRUM_COMMON_DATAPLANE_SHM_SEGMENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -90,6 +91,11 @@ class ShmSegment {
                                    const char* field) const;
   absl::StatusOr<const char*> Params(int64_t offset, int64_t bytes,
                                      const char* field) const;
+  // Whether the segment's file was shrunk under the mapping (by its creator
+  // or another holder) and a page past its new end was touched: that
+  // access, and every later one of the pages past the fault, reads zeros
+  // instead of killing the process with SIGBUS. The user ends the stream.
+  bool truncated() const { return truncated_.load(std::memory_order_acquire); }
 
  private:
   ShmSegment() = default;
@@ -100,6 +106,8 @@ class ShmSegment {
   int64_t size_ = 0;
   int64_t grad_offset_ = 0, grad_bytes_ = 0;
   int64_t params_offset_ = 0, params_bytes_ = 0;
+  int guard_ = -1;  // the SIGBUS guard's slot
+  std::atomic<bool> truncated_{false};
 };
 
 // Whether the host part of "host:port" names this host: a loopback

@@ -45,6 +45,49 @@ TEST(ShmSegmentTest, AttachSeesTheCreatorsBytesAndUnlinksTheName) {
   EXPECT_EQ(std::string(a.at(a.params_offset()), 6), "params");
 }
 
+// Issue 40, item 7: a member that shrinks its own segment under the
+// shard's mapping killed the shard with SIGBUS. Now the pages past the
+// new end read zeros and the segment says it was truncated; a segment not
+// truncated is untouched, and a SIGBUS elsewhere still kills.
+TEST(ShmSegmentTest, ASegmentShrunkUnderItsMappingReadsZerosNotSigbus) {
+  auto created = ShmSegment::Create(1 << 16, 1 << 16);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ShmSegment& a = **created;
+  std::memset(a.at(a.grad_offset()), 7, a.grad_bytes());
+  // The attacker keeps a descriptor before the shard unlinks the name.
+  const int fd = shm_open(a.name().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  auto attached = ShmSegment::Attach(a.name(), a.nonce());
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  ShmSegment& b = **attached;
+  auto intact = ShmSegment::Create(1 << 12, 1 << 12);
+  ASSERT_TRUE(intact.ok());
+  EXPECT_FALSE(b.truncated());
+  ASSERT_EQ(ftruncate(fd, 4096), 0);  // the header's page stays
+  close(fd);
+  EXPECT_EQ(*static_cast<volatile char*>(b.at(b.grad_offset())), 7)
+      << "the first page is still the file's";
+  int64_t sum = 0;
+  for (int64_t off = 4096; off < b.grad_offset() + b.grad_bytes(); off += 4096)
+    sum += *static_cast<volatile char*>(b.at(off));
+  EXPECT_EQ(sum, 0) << "past the new end: zeros";
+  EXPECT_TRUE(b.truncated());
+  std::memcpy(b.at(b.params_offset()), "written", 7);  // writes survive too
+  EXPECT_FALSE((*intact)->truncated());
+  EXPECT_DEATH(
+      {
+        const int other = shm_open("/fulcrum-test-unguarded", O_RDWR | O_CREAT, 0600);
+        ftruncate(other, 8192);
+        char* p = static_cast<char*>(
+            mmap(nullptr, 8192, PROT_READ, MAP_SHARED, other, 0));
+        ftruncate(other, 0);
+        shm_unlink("/fulcrum-test-unguarded");
+        volatile char c = p[4096];
+        (void)c;
+      },
+      "");
+}
+
 TEST(ShmSegmentTest, AWrongNonceIsRefusedAndLeavesTheName) {
   auto a = ShmSegment::Create(64, 64);
   ASSERT_TRUE(a.ok());

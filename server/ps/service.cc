@@ -319,6 +319,7 @@ absl::Status ParameterServerService::ServePushes(
     for (int i = 0; i < PushCount(request.message); ++i) {
       RETURN_IF_ERROR(PushAt(request, i, segment, &chunk));
       RETURN_IF_ERROR(worker.Push(chunk));
+      RETURN_IF_ERROR(CheckSegment(segment));
     }
   }
   if (cancelled()) {

@@ -4,6 +4,9 @@
 // after).
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -385,6 +388,43 @@ TEST_P(BadInputTest, SharedMemorySegmentsAreCheckedAndRefusalsFallBackToTcp) {
     EXPECT_NE(status.error_message().find("push.shm"), std::string::npos)
         << status.error_message();
     EXPECT_EQ(Pull(), before) << "a rejected push changed the parameters";
+  }
+
+  // The worker shrinks its segment under the shard's mapping, then pushes
+  // from it: the shard read zeros (no SIGBUS: it died of it), and the
+  // stream ends naming the segment. Issue 40, item 7.
+  {
+    auto seg = ShmSegment::Create(144, 144);
+    ASSERT_TRUE(seg.ok());
+    const int fd = shm_open((*seg)->name().c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0);
+    const std::vector<float> before = Pull();
+    grpc::ClientContext context;
+    SetTimeout(&context, std::chrono::seconds(10));
+    auto rw = stub_->Stream(&context);
+    ASSERT_TRUE(rw->Write(HelloOffering(seg->get())));
+    v1::StreamResponse first;
+    ASSERT_TRUE(rw->Read(&first));
+    ASSERT_TRUE(first.params().has_shm()) << "the shard mapped it";
+    ASSERT_EQ(ftruncate(fd, 0), 0);
+    close(fd);
+    v1::StreamRequest r;
+    *r.mutable_push() = GoodPush();
+    r.mutable_push()->clear_data();
+    r.mutable_push()->mutable_shm()->set_offset((*seg)->grad_offset());
+    r.mutable_push()->mutable_shm()->set_bytes(144);
+    rw->Write(r);
+    rw->WritesDone();
+    v1::StreamResponse ignored;
+    while (rw->Read(&ignored)) {
+    }
+    const grpc::Status status = rw->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << status.error_message();
+    EXPECT_NE(status.error_message().find("was shrunk while mapped"),
+              std::string::npos)
+        << status.error_message();
+    EXPECT_EQ(Pull(), before) << "a zero gradient was all it could push";
   }
 
   // more[].shm without a mapped segment: refused before any push of the

@@ -129,6 +129,12 @@ absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
                                    field.c_str()));
     out->data = Payload(bytes, static_cast<size_t>(push.shm().bytes()),
                         encoding);
+    // Touch every page of it first: a segment shrunk under the mapping is
+    // refused before anything of it is applied (CheckSegment).
+    const volatile char* probe = bytes;
+    for (int64_t i = 0; i < push.shm().bytes(); i += 4096) (void)probe[i];
+    if (push.shm().bytes() > 0) (void)probe[push.shm().bytes() - 1];
+    RETURN_IF_ERROR(CheckSegment(segment));
   }
   out->indices = push.indices();
   out->stop = push.stop();
@@ -155,6 +161,14 @@ absl::Status FromPush(const v1::Push& push, const Payload& inline_data,
   return absl::OkStatus();
 }
 
+
+absl::Status CheckSegment(const ShmSegment* segment) {
+  if (segment == nullptr || !segment->truncated()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "hello.shm: segment ", segment->name(),
+      " was shrunk while mapped (its creator truncated it); what was read "
+      "past its end was zeros. The stream is closed"));
+}
 
 absl::Status CheckMore(const v1::StreamRequest& message,
                        const ShmSegment* segment) {

@@ -134,6 +134,10 @@ absl::Status CheckMore(const v1::StreamRequest& message,
 
 // A request after the hello carries pushes (INVALID_ARGUMENT otherwise)
 // and its more[] may be applied (CheckMore): checked before any of them.
+// OK unless the stream's segment was shrunk under its mapping (what was
+// read past its end was zeros, not a SIGBUS): INVALID_ARGUMENT, the stream
+// ends. Called after each push was applied.
+absl::Status CheckSegment(const ShmSegment* segment);
 absl::Status CheckPushes(const v1::StreamRequest& message,
                          const ShmSegment* segment);
 // The pushes a checked request carries: 1 + more_size(); push i as a

@@ -143,6 +143,7 @@ absl::Status StreamReactor::Pushes(bool* pending) {
   while (next_push_ < PushCount(m)) {
     RETURN_IF_ERROR(PushAt(request_, next_push_++, segment_.get(), &chunk_));
     RETURN_IF_ERROR(push());
+    RETURN_IF_ERROR(CheckSegment(segment_.get()));
     if (*pending) return absl::OkStatus();
   }
   return absl::OkStatus();
