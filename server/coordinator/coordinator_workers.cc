@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/config/confined_path.h"
+#include "common/config/embedding_spec.h"
 #include "common/config/job_spec.h"
 #include "common/config/model_layout.h"
 #include "common/dataplane/host_id.h"
@@ -522,7 +523,23 @@ absl::StatusOr<v1::DeclareModelResponse> Coordinator::DeclareModel(
             "the model does not match job ", job->id(), ": ", diff));
       }
     } else if (job->spec().model().tensors_size() == 0) {
+      // As a built-in model at submit: one no registered shard could hold
+      // is refused now (a shard once allocated 2.8 GB for it and failed).
+      v1::JobSpec with = job->spec();
+      *with.mutable_model() = declared;
+      ASSIGN_OR_RETURN(ParameterLayout layout, LayoutForSpec(with));
+      const int64_t bytes = ShardBytes(with, layout) + EmbeddingShardBytes(with);
+      const int64_t largest = members_.LargestShardMemory();
+      if (largest >= 0 && bytes > largest) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensors: a shard would hold ", bytes, " bytes of this model "
+            "(parameters, optimizer state and aggregation buffers over ",
+            with.shards(), " shards); the largest registered shard declares ",
+            largest, " (fulcrum-server --memory_bytes): submit the job with "
+            "more shards or declare a smaller model"));
+      }
       *job->status.mutable_spec()->mutable_model() = declared;
+      job->shard_bytes = bytes;
       ticket = Persist(*job);
     } else if (std::string diff = FirstDifference(job->spec().model(),
                                                   request.tensors());

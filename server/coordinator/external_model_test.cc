@@ -62,6 +62,27 @@ class ExternalModelTest : public ::testing::Test {
   Coordinator coordinator_;
 };
 
+// A declared model no registered shard could hold is refused at once and
+// changes nothing (a 2^30-element model once made a shard allocate 2.8 GB,
+// fail, and keep the memory while the job retried). Issue 40, item 2.
+TEST_F(ExternalModelTest, ADeclaredModelNoShardCouldHoldIsRefused) {
+  const std::string job = SubmitExternal();
+  const std::string w1 = Register(job);
+  v1::RegisterShardRequest shard;
+  shard.set_address("127.0.0.1:1");
+  shard.set_memory_bytes(1 << 20);
+  ASSERT_TRUE(coordinator_.RegisterShard(shard).ok());
+  auto big = Declare(w1, job, {Tensor("w", {1 << 15, 1 << 15})});
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("tensors: a shard would hold"),
+            std::string::npos)
+      << big.status();
+  EXPECT_EQ(coordinator_.GetJob(job)->spec().model().tensors_size(), 0);
+  auto fits = Declare(w1, job, {Tensor("w", {64, 64})});
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(coordinator_.GetJob(job)->spec().model().tensors_size(), 1);
+}
+
 TEST_F(ExternalModelTest, TheFirstDeclarationIsTheModelAndLaterOnesMustMatch) {
   const std::string job = SubmitExternal();
   const std::string generic = coordinator_.RegisterWorker(testing::WorkerOn())->worker_id();
