@@ -127,8 +127,12 @@ bool CoordinatorLink::Heartbeat() {
   if (s.ok() && state_.OnAnswer(response.assignment())) changed_.SignalAll();
   // An unanswered heartbeat (it already waited up to its deadline for the
   // connection) is sent again soon: a healed link is used within moments,
-  // so members cut off together rejoin together.
-  if (!s.ok()) interval = std::min<int64_t>(interval, 100);
+  // so members cut off together rejoin together. (An answered refusal
+  // waits the interval.)
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    interval = std::min<int64_t>(interval, 100);
+  }
   const absl::Time until = absl::Now() + absl::Milliseconds(interval);
   while (!poke_ && !shutdown_.HasBeenNotified()) {
     if (changed_.WaitWithDeadline(&mu_, until)) break;
