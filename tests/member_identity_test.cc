@@ -17,6 +17,7 @@
 #include "fulcrum/v1/coordinator.grpc.pb.h"
 #include "fulcrum/v1/parameter_server.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/job_waits.h"
 #include "tests/process_cluster.h"
 
 namespace fulcrum {
@@ -42,9 +43,7 @@ batch_size: 32
 epochs: 2
 workers: {min: 2, max: 2}
 )";
-    testing::RunResult r = cluster_.Ctl({"submit", path});
-    ASSERT_EQ(r.exit_code, 0) << r.out << cluster_.Logs();
-    job_ = r.out.substr(0, r.out.find('\n'));
+    job_ = testing::SubmitJob(cluster_, path);
     status_ = WaitFor([](const v1::JobStatus& s) {
       return s.state() == v1::RUNNING && s.progress().step() >= 5;
     });
@@ -56,17 +55,7 @@ workers: {min: 2, max: 2}
 
   v1::JobStatus WaitFor(const std::function<bool(const v1::JobStatus&)>& done,
                         absl::Duration timeout = absl::Seconds(120)) {
-    const absl::Time until = absl::Now() + timeout;
-    v1::JobStatus last;
-    while (absl::Now() < until) {
-      absl::StatusOr<v1::JobStatus> s = cluster_.Status(job_);
-      if (s.ok()) {
-        last = *s;
-        if (done(last)) break;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return last;
+    return testing::WaitForJob(cluster_, job_, done, timeout, "the job");
   }
 
   // A call context with `claim` ("<id>:<credential>") as the member
